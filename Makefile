@@ -1,0 +1,69 @@
+# Local entry points. The README names two: `make ci` and `make test`; both do all set-up.
+# The orchestrating side lives in .venv (requirements-dev.lock: no torch, no triton); kernel
+# payloads run in per-toolchain environments that `mha-ci` builds from containers/*/requirements.lock.
+
+PYTHON  ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+MHA_CI  := $(BIN)/mha-ci
+OUT     ?= out
+STAMP   := $(VENV)/.installed-$(shell cat requirements-dev.lock pyproject.toml | sha256sum | cut -c1-12)
+# ld.lld 19 links Triton 3.4's AMD code objects (FACTS.md: Debian's default lld 14 cannot).
+LLD     := /usr/lib/llvm-19/bin/ld.lld
+export TRITON_HIP_LLD_PATH ?= $(LLD)
+
+.PHONY: setup system-deps docker-setup ci test test-runner validate plan checksums perf containers nightly export clean
+
+$(STAMP): requirements-dev.lock pyproject.toml
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --require-hashes --no-deps -r requirements-dev.lock
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+setup: $(STAMP) system-deps
+
+# System packages the jobs need; installed only when missing (CI machines start bare).
+system-deps:
+	@test -x $(LLD) || { echo "installing lld-19 (Triton 3.4 AMD linking)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lld-19 >/dev/null; }
+
+# dockerd, debootstrap and the local Debian base image (containers/ and the docker executor).
+docker-setup:
+	.ci/docker-setup.sh
+
+validate: $(STAMP)
+	$(MHA_CI) validate
+
+plan: $(STAMP)
+	$(MHA_CI) plan $(PLAN_ARGS)
+
+# The pull-request pipeline, locally, on the default venv executor. Changed files unknown,
+# so every path rule fires; jobs that need a GPU are listed as not run, with the reason.
+ci: setup
+	$(MHA_CI) run --event pull_request --out $(OUT)/ci
+
+test-runner: setup docker-setup
+	$(BIN)/python -m pytest tests/mha_ci -q -ra --durations=15
+
+# Every test: the runner's own (unit, venv/interpreter and docker integration), then the kernel
+# tests of tests/mha in both pinned toolchains through the PR pipeline.
+test: test-runner ci
+
+checksums: setup
+	$(MHA_CI) checksums verify --out $(OUT)/checksums
+
+perf: $(STAMP)
+	$(MHA_CI) perf measure --out $(OUT)/perf
+
+containers: $(STAMP) docker-setup
+	$(BIN)/python -m mha_ci.containers build --all
+
+nightly: setup
+	$(MHA_CI) perf refresh --out $(OUT)/nightly
+
+export: $(STAMP)
+	$(MHA_CI) export github
+
+clean:
+	rm -rf $(VENV) .cache $(OUT) build src/*.egg-info

@@ -1,0 +1,3 @@
+from mha_ci.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""One module per `mha-ci` subcommand; each defines register(subparsers) setting `handler`."""

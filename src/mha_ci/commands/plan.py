@@ -1,0 +1,11 @@
+"""mha-ci plan (placeholder until its owner lands it)."""
+from mha_ci.errors import ConfigError
+
+
+def register(sub):
+    p = sub.add_parser("plan", help="(not yet implemented)")
+    p.set_defaults(handler=_handler)
+
+
+def _handler(args):
+    raise ConfigError("mha-ci plan is not implemented yet")

@@ -1,0 +1,11 @@
+"""mha-ci validate (placeholder until its owner lands it)."""
+from mha_ci.errors import ConfigError
+
+
+def register(sub):
+    p = sub.add_parser("validate", help="(not yet implemented)")
+    p.set_defaults(handler=_handler)
+
+
+def _handler(args):
+    raise ConfigError("mha-ci validate is not implemented yet")

@@ -1,0 +1,1 @@
+"""Executors run a job payload inside a pinned toolchain: venv (default), docker, host."""

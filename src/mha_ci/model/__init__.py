@@ -1,0 +1,1 @@
+"""The validated pipeline model: pipelines/*.yaml -> frozen dataclasses (see types.py)."""

@@ -1,0 +1,90 @@
+"""The pipeline model every other part of the runner works on.
+
+Built only by mha_ci.model.loader from pipelines/*.yaml after schema validation, so code that
+receives these objects can trust them. Frozen: a plan or a job never changes the model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+JOB_KINDS = ("correctness", "perf", "checksums", "refresh")
+EVENT_KINDS = ("pull_request", "push", "schedule", "manual")
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """A pinned set of packages (torch, triton, numpy, ...) that payloads run in."""
+
+    name: str                 # "triton-3.4"
+    role: str                 # "golden" | "top-of-tree" | free text
+    lock: Path                # containers/<name>/requirements.lock (absolute)
+    container_dir: Path       # containers/<name>/
+    pins: dict[str, str] = field(default_factory=dict)  # normalised name -> exact version, from lock
+
+
+@dataclass(frozen=True)
+class Arch:
+    """A target the jobs can run on: a GPU architecture or the CPU interpreter."""
+
+    name: str                 # "gfx942" | "gfx950" | "sm90" | "interpreter"
+    vendor: str               # "amd" | "nvidia" | "cpu"
+    description: str
+    device: str               # what a job needs: "amd-gpu" | "nvidia-gpu" | "none"
+    runner_labels: tuple[str, ...]   # GitHub self-hosted runner labels
+    visible_devices_env: str | None  # HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES / None
+    compile_target: tuple | None     # triton GPUTarget args, e.g. ("hip", "gfx950", 64); None = interpreter
+    workers: int = 1                 # pytest-xdist workers per shard (one GPU each)
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    test: str                 # pytest node id or fnmatch pattern over node ids
+    arch: str
+    toolchain: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of work; id is stable and is what `mha-ci run --job ID` takes."""
+
+    kind: str
+    arch: str
+    toolchain: str
+    shard: int | None = None      # 1-based
+    shards: int | None = None
+
+    @property
+    def id(self) -> str:
+        base = f"{self.kind}-{self.arch}-{self.toolchain}"
+        return f"{base}-{self.shard}of{self.shards}" if self.shard is not None else base
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    job: Job
+    reason: str               # which rule put it there
+
+
+@dataclass(frozen=True)
+class SkippedJob:
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    jobs: tuple[PlannedJob, ...]
+    skipped: tuple[SkippedJob, ...]
+
+
+@dataclass(frozen=True)
+class Event:
+    """What triggered a plan: labels, changed paths, branch and kind."""
+
+    kind: str = "pull_request"
+    labels: frozenset[str] = frozenset()
+    changed_files: tuple[str, ...] | None = None   # None = unknown (treated as "everything changed")
+    branch: str | None = None
+    draft: bool = False
