@@ -1,11 +1,31 @@
-"""mha-ci plan (placeholder until its owner lands it)."""
-from mha_ci.errors import ConfigError
+"""mha-ci plan: the jobs an event would run, each with the rule that chose it, and every other
+job of the matrix with why not (see mha_ci.plan.policy for the rules)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mha_ci.model.loader import load_pipeline
+from mha_ci.plan.events import build_event
+from mha_ci.plan.policy import plan
+from mha_ci.plan.render import plan_to_json_text, plan_to_text
 
 
-def register(sub):
-    p = sub.add_parser("plan", help="(not yet implemented)")
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="show the jobs an event would run, and why; skipped ones with why not")
+    p.add_argument("--labels", default=None, metavar="A,B", help="pull-request labels, comma-separated (added to the event's)")
+    p.add_argument("--changed-files", type=Path, default=None, metavar="FILE",
+                   help="changed paths, one per line (default: unknown, i.e. every path counts as changed)")
+    p.add_argument("--github-event", type=Path, default=None, metavar="FILE", help="GitHub event payload ($GITHUB_EVENT_PATH)")
+    p.add_argument("--event", default=None, metavar="KIND",
+                   help="pull_request | push | schedule | manual (workflow_dispatch); default: from the payload, else pull_request")
+    p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(handler=_handler)
 
 
-def _handler(args):
-    raise ConfigError("mha-ci plan is not implemented yet")
+def _handler(args) -> int:
+    pipeline = load_pipeline(args.root)
+    event = build_event(kind=args.event, github_event=args.github_event,
+                        changed_files=args.changed_files, labels=args.labels)
+    result = plan(pipeline, event)
+    print(plan_to_json_text(result) if args.format == "json" else plan_to_text(result), end="")
+    return 0

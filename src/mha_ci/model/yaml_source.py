@@ -89,7 +89,7 @@ def line_of(data: Any, loc: tuple) -> int | None:
     return line
 
 
-def _model_at(model: type[pydantic.BaseModel], loc: tuple) -> type[pydantic.BaseModel] | None:
+def model_at(model: type[pydantic.BaseModel], loc: tuple) -> type[pydantic.BaseModel] | None:
     """The pydantic model class that owns the mapping at `loc` (to list its valid keys)."""
     current: Any = model
     for part in loc:
@@ -124,12 +124,15 @@ def validate(model: type[M], data: Any, path: Path) -> M:
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        # An unknown key explains a "field required" error next to it (a misspelt required key),
+        # so report it first: its message carries the "did you mean".
+        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         loc = tuple(err["loc"])
         line = line_of(data, loc)
         key_path = " / ".join(str(p) for p in loc) or "(top level)"
         if err["type"] == "extra_forbidden":
-            owner = _model_at(model, loc[:-1])
+            owner = model_at(model, loc[:-1])
             valid = sorted(owner.model_fields) if owner else []
             raise ConfigError(f"unknown key '{loc[-1]}' at {key_path}; valid keys: {', '.join(valid)}",
                               file=str(path), line=line, key=str(loc[-1]),

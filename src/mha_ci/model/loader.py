@@ -1,0 +1,279 @@
+"""pipelines/*.yaml -> one validated, frozen Pipeline; and `validate_all` for `mha-ci validate`.
+
+Each file is checked against its schema first (model.schema, through yaml_source so errors name
+file:line, key path and the closest valid key), then against the other files: every arch,
+toolchain and job kind one file names must exist where it is defined, and every toolchain's lock
+file must exist and pin torch and triton. All problems are ConfigErrors (exit 2).
+
+Files owned by other parts of the runner (pipelines/perf.yaml, pipelines/workloads.yaml, ...)
+are validated by functions those parts register with `register_file_validator`; `validate_all`
+imports the modules listed in VALIDATOR_MODULES so they can register. A pipelines/*.yaml that
+nobody validates is an error: a file the runner ignores would be configuration that does nothing.
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import pydantic
+
+from mha_ci.errors import ConfigError
+from mha_ci.model import schema
+from mha_ci.model.lockfile import read_pins
+from mha_ci.model.pipeline import (ARCH_PLACEHOLDER, EventRules, KindMatrix, LabelRule, PathRule,
+                                   Pipeline, Selection, Triggers)
+from mha_ci.model.types import EVENT_KINDS, JOB_KINDS, Arch, KnownFailure, Toolchain
+from mha_ci.model.yaml_source import _model_at, closest, line_of, load_yaml, validate
+
+PIPELINE_FILES = ("toolchains.yaml", "archs.yaml", "jobs.yaml", "triggers.yaml", "known_failures.yaml")
+REQUIRED_PINS = ("torch", "triton")          # what every payload imports; pincheck compares them
+
+# filename -> fn(path, root); raises ConfigError. Filled by register_file_validator.
+FileValidator = Callable[[Path, Path], Any]
+_FILE_VALIDATORS: dict[str, FileValidator] = {}
+# Modules that register validators for the pipelines files they own; imported when present.
+VALIDATOR_MODULES = ("mha_ci.perf.config",)
+
+
+def register_file_validator(filename: str, fn: FileValidator) -> None:
+    """Make `mha-ci validate` check pipelines/<filename> with fn(path, root)."""
+    if filename in PIPELINE_FILES:
+        raise ValueError(f"{filename} is validated by load_pipeline")
+    _FILE_VALIDATORS[filename] = fn
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+class _Source:
+    """One parsed file: its raw data (which remembers lines) and where it came from."""
+
+    def __init__(self, root: Path, filename: str, model: type) -> None:
+        self.path = root / "pipelines" / filename
+        if not self.path.is_file():
+            raise ConfigError(f"missing pipeline file pipelines/{filename}", file=str(self.path))
+        self.raw = load_yaml(self.path)
+        _raise_misspelt_key_first(model, self.raw, self.path)
+        self.spec = validate(model, self.raw, self.path)
+
+    def error(self, loc: tuple, message: str, suggestion: str | None = None) -> ConfigError:
+        key_path = " / ".join(str(part) for part in loc)
+        return ConfigError(f"{key_path}: {message}", file=str(self.path), line=line_of(self.raw, loc),
+                           key=str(loc[-1]), suggestion=suggestion)
+
+    def check_name(self, loc: tuple, what: str, name: str, known: Iterable[str]) -> str:
+        known = list(known)
+        if name not in known:
+            raise self.error(loc, f"unknown {what} '{name}'; known: {', '.join(known)}", closest(name, known))
+        return name
+
+
+def _raise_misspelt_key_first(model: type, raw: Any, path: Path) -> None:
+    """A misspelt required key gives two pydantic errors, "Field required" first and the unknown
+    key second; yaml_source.validate reports only the first, which hides the "did you mean".
+    Report the unknown key instead. (Redundant once yaml_source.validate prefers
+    extra_forbidden errors itself; see the foundation report.)"""
+    try:
+        model.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        extra = next((e for e in exc.errors() if e["type"] == "extra_forbidden"), None)
+        if extra is None:
+            return
+        loc = tuple(extra["loc"])
+        owner = _model_at(model, loc[:-1])
+        valid = sorted(owner.model_fields) if owner else []
+        raise ConfigError(f"unknown key '{loc[-1]}' at {' / '.join(map(str, loc))}; valid keys: {', '.join(valid)}",
+                          file=str(path), line=line_of(raw, loc), key=str(loc[-1]),
+                          suggestion=closest(str(loc[-1]), valid)) from None
+
+
+def load_pipeline(root: Path) -> Pipeline:
+    root = Path(root)
+    if not (root / "pipelines").is_dir():
+        raise ConfigError(f"no pipelines/ folder in {root}")
+    toolchains = _load_toolchains(_Source(root, "toolchains.yaml", schema.ToolchainsFile), root)
+    archs_source = _Source(root, "archs.yaml", schema.ArchsFile)
+    archs = _load_archs(archs_source)
+    kinds, events = _load_jobs(_Source(root, "jobs.yaml", schema.JobsFile), tuple(archs))
+    triggers = _load_triggers(_Source(root, "triggers.yaml", schema.TriggersFile), kinds, tuple(archs))
+    known = _load_known_failures(_Source(root, "known_failures.yaml", schema.KnownFailuresFile),
+                                 tuple(archs), tuple(toolchains))
+    shards = {name: spec.correctness_shards for name, spec in archs_source.spec.archs.items()}
+    return Pipeline(root=root, toolchains=toolchains, archs=archs, known_failures=known, kinds=kinds,
+                    events=events, triggers=triggers, correctness_shards=shards)
+
+
+def _load_toolchains(source: _Source, root: Path) -> dict[str, Toolchain]:
+    toolchains = {}
+    for name, spec in source.spec.toolchains.items():
+        loc = ("toolchains", name, "lock")
+        lock = root / spec.lock
+        if not lock.is_file():
+            raise source.error(loc, f"lock file {spec.lock} not found (looked for {lock})")
+        try:
+            pins = read_pins(lock)
+        except ValueError as exc:
+            raise source.error(loc, f"bad lock file: {exc}") from None
+        missing = [pin for pin in REQUIRED_PINS if pin not in pins]
+        if missing:
+            raise source.error(loc, f"lock file {spec.lock} pins no {', '.join(missing)}")
+        toolchains[name] = Toolchain(name=name, role=spec.role, lock=lock.resolve(),
+                                     container_dir=lock.parent.resolve(), pins=pins)
+    return toolchains
+
+
+def _load_archs(source: _Source) -> dict[str, Arch]:
+    archs = {}
+    for name, spec in source.spec.archs.items():
+        target = spec.compile_target
+        archs[name] = Arch(
+            name=name, vendor=spec.vendor, description=spec.description, device=spec.device,
+            runner_labels=tuple(spec.runner_labels), visible_devices_env=spec.visible_devices_env,
+            compile_target=(target.backend, target.arch, target.warp_size) if target else None,
+            workers=spec.workers)
+    return archs
+
+
+def _arch_list(source: _Source, loc: tuple, names: Sequence[str], arch_names: tuple[str, ...]) -> tuple[str, ...]:
+    """Checked arch names, in archs.yaml order (so plans come out in one order)."""
+    seen = set()
+    for index, name in enumerate(names):
+        source.check_name((*loc, index), "arch", name, arch_names)
+        if name in seen:
+            raise source.error((*loc, index), f"arch '{name}' listed twice")
+        seen.add(name)
+    return tuple(a for a in arch_names if a in seen)
+
+
+def _kind_list(source: _Source, loc: tuple, names: Sequence[str]) -> tuple[str, ...]:
+    for index, name in enumerate(names):
+        source.check_name((*loc, index), "job kind", name, JOB_KINDS)
+    return tuple(k for k in JOB_KINDS if k in names)
+
+
+def _selection(source: _Source, loc: tuple, kinds: Sequence[str], archs: Any,
+               arch_names: tuple[str, ...]) -> Selection:
+    kind_names = _kind_list(source, (*loc, "kinds"), kinds)
+    if archs == "all":
+        return Selection(kinds=kind_names, archs=arch_names, every_arch=True)
+    if archs == "selected":
+        return Selection(kinds=kind_names, archs=arch_names, selected_only=True)
+    return Selection(kinds=kind_names, archs=_arch_list(source, (*loc, "archs"), archs, arch_names))
+
+
+def _load_jobs(source: _Source, arch_names: tuple[str, ...]) -> tuple[dict[str, KindMatrix], dict[str, EventRules]]:
+    kinds = {}
+    for kind in JOB_KINDS:
+        spec: schema.KindSpec = getattr(source.spec.kinds, kind)
+        loc = ("kinds", kind)
+        archs = _arch_list(source, (*loc, "archs"), spec.archs, arch_names)
+        for arch in spec.unavailable:
+            source.check_name((*loc, "unavailable", arch), "arch", arch, arch_names)
+            if arch in archs:
+                raise source.error((*loc, "unavailable", arch), f"arch '{arch}' is both in archs and unavailable")
+        unavailable = tuple((a, spec.unavailable[a]) for a in arch_names if a in spec.unavailable)
+        kinds[kind] = KindMatrix(kind=kind, archs=archs, sharded=spec.sharded, unavailable=unavailable)
+
+    events = {}
+    for event in EVENT_KINDS:
+        spec: schema.EventSpec = getattr(source.spec.events, event)
+        loc = ("events", event)
+        runs = tuple(_selection(source, (*loc, "runs", i), run.kinds, run.archs, arch_names)
+                     for i, run in enumerate(spec.runs))
+        docs_archs = spec.documentation_only_archs
+        if docs_archs is not None:
+            docs_archs = _arch_list(source, (*loc, "documentation_only_archs"), docs_archs, arch_names)
+        events[event] = EventRules(
+            event=event, runs=runs, branches=tuple(spec.branches) if spec.branches is not None else None,
+            labels=spec.labels, paths=spec.paths, skip_draft=spec.skip_draft,
+            documentation_only_archs=docs_archs)
+    return kinds, events
+
+
+def _load_triggers(source: _Source, kinds: dict[str, KindMatrix], arch_names: tuple[str, ...]) -> Triggers:
+    spec: schema.TriggersFile = source.spec
+    labels = []
+    for label, rule in spec.labels.items():
+        loc = ("labels", label)
+        if not label.startswith(spec.label_prefix):
+            raise source.error(loc, f"label '{label}' does not start with label_prefix '{spec.label_prefix}'")
+        labels.append(LabelRule(label=label, selection=_selection(source, loc, rule.kinds, rule.archs, arch_names),
+                                description=rule.description))
+    paths = []
+    for index, rule in enumerate(spec.paths):
+        loc = ("paths", index)
+        for p_index, pattern in enumerate(rule.patterns):
+            stripped = pattern.replace(ARCH_PLACEHOLDER, "")
+            if "{" in stripped or "}" in stripped:
+                raise source.error((*loc, "patterns", p_index),
+                                   f"pattern '{pattern}': the only placeholder is {ARCH_PLACEHOLDER}")
+        paths.append(PathRule(patterns=tuple(rule.patterns),
+                              selection=_selection(source, loc, rule.kinds, rule.archs, arch_names),
+                              description=rule.description))
+    return Triggers(label_prefix=spec.label_prefix, labels=tuple(labels),
+                    documentation=tuple(spec.documentation), paths=tuple(paths))
+
+
+def _load_known_failures(source: _Source, arch_names: tuple[str, ...],
+                         toolchain_names: tuple[str, ...]) -> tuple[KnownFailure, ...]:
+    failures, seen = [], set()
+    for index, entry in enumerate(source.spec.known_failures):
+        loc = ("known_failures", index)
+        source.check_name((*loc, "arch"), "arch", entry.arch, arch_names)
+        source.check_name((*loc, "toolchain"), "toolchain", entry.toolchain, toolchain_names)
+        identity = (entry.test, entry.arch, entry.toolchain)
+        if identity in seen:
+            raise source.error((*loc, "test"), f"'{entry.test}' is listed twice for {entry.arch} / {entry.toolchain}")
+        seen.add(identity)
+        failures.append(KnownFailure(test=entry.test, arch=entry.arch, toolchain=entry.toolchain, reason=entry.reason))
+    return tuple(failures)
+
+
+# -- mha-ci validate -------------------------------------------------------------------------
+
+def _import_validator_modules() -> None:
+    for module in VALIDATOR_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            # Only "that module is not there yet" is fine; a broken import inside it is not.
+            if exc.name is None or not module.startswith(exc.name):
+                raise
+
+
+def known_files() -> tuple[str, ...]:
+    _import_validator_modules()
+    return PIPELINE_FILES + tuple(sorted(_FILE_VALIDATORS))
+
+
+def validate_all(root: Path, files: Sequence[Path] | None = None) -> list[Path]:
+    """Validate the given pipeline files (default: every pipelines/*.yaml under root); returns
+    the files checked. A file's checkout root is the parent of its folder, so the files it refers
+    to (archs.yaml, the lock files) are looked up next to it. The five files load_pipeline reads
+    are always validated together: each refers to the others."""
+    known = known_files()
+    if files is None:
+        folder = Path(root) / "pipelines"
+        if not folder.is_dir():
+            raise ConfigError(f"no pipelines/ folder in {root}")
+        files = sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
+        missing = [name for name in PIPELINE_FILES if not (folder / name).is_file()]
+        if missing:
+            raise ConfigError(f"missing pipeline file pipelines/{missing[0]}", file=str(folder / missing[0]))
+    files = [Path(f).resolve() for f in files]
+    for path in files:
+        if not path.is_file():
+            raise ConfigError("no such file", file=str(path))
+        if path.name not in known:
+            raise ConfigError(f"unknown pipeline file '{path.name}'; known: {', '.join(known)}",
+                              file=str(path), suggestion=closest(path.name, known))
+    loaded_roots: set[Path] = set()
+    for path in files:
+        file_root = path.parent.parent
+        if path.name in PIPELINE_FILES:
+            if file_root not in loaded_roots:
+                load_pipeline(file_root)
+                loaded_roots.add(file_root)
+        else:
+            _FILE_VALIDATORS[path.name](path, file_root)
+    return files

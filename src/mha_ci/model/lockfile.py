@@ -1,0 +1,36 @@
+"""Exact pins read from a toolchain lock file (containers/<toolchain>/requirements.lock).
+
+Standard library only, so a payload inside a toolchain environment (which has no pydantic or
+yaml) can read the same pins the orchestrating side validated.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+# `name==version \` opens each requirement; the `--hash=...` continuation lines follow it.
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
+
+
+def normalise(name: str) -> str:
+    """PEP 503 name normalisation, so `Typing_Extensions` and `typing-extensions` are one pin."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_pins(path: Path) -> dict[str, str]:
+    """Normalised package name -> exact version, in file order; raises ValueError on a line that
+    is neither a pin, a hash continuation, an option nor a comment (a loose `torch>=2` would make
+    the toolchain unreproducible)."""
+    pins: dict[str, str] = {}
+    for number, raw in enumerate(Path(path).read_text().splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        match = _PIN.match(line)
+        if not match:
+            raise ValueError(f"{path}:{number}: not an exact pin (name==version): {raw.strip()}")
+        name = normalise(match.group(1))
+        if name in pins:
+            raise ValueError(f"{path}:{number}: '{name}' is pinned twice")
+        pins[name] = match.group(2)
+    return pins

@@ -1,0 +1,113 @@
+"""The event a plan is made for, from GitHub's event payload and/or the command line.
+
+`--github-event FILE` is the JSON GitHub writes to $GITHUB_EVENT_PATH. Its kind is taken from
+`--event` when given (workflows pass `--event ${{ github.event_name }}`), otherwise read off the
+payload's shape. The environment ($GITHUB_EVENT_NAME) is deliberately not read: the same command
+must plan the same jobs on a laptop and in CI.
+
+Changed paths are not in GitHub's pull_request payload; the workflow writes them to a file
+(`git diff --name-only BASE...HEAD`) for `--changed-files`. Without one, changed paths are
+unknown, which the policy treats as "every path changed" (a local `make ci` runs everything).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mha_ci.errors import ConfigError
+from mha_ci.model.types import EVENT_KINDS, Event
+from mha_ci.model.yaml_source import closest
+
+# GitHub event names -> our event kinds.
+_ALIASES = {"workflow_dispatch": "manual", "pull_request_target": "pull_request"}
+
+
+def event_kind(name: str) -> str:
+    kind = _ALIASES.get(name, name)
+    if kind not in EVENT_KINDS:
+        choices = [*EVENT_KINDS, *_ALIASES]
+        raise ConfigError(f"unknown event kind '{name}'; known: {', '.join(choices)}",
+                          key="--event", suggestion=closest(name, choices))
+    return kind
+
+
+def parse_labels(text: str | None) -> frozenset[str]:
+    return frozenset(part.strip() for part in (text or "").split(",") if part.strip())
+
+
+def read_changed_files(path: Path) -> tuple[str, ...]:
+    """One repository-relative path per line; blank lines ignored, order kept, duplicates dropped."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read changed-files list: {exc.strerror}", file=str(path)) from None
+    paths = (line.strip().removeprefix("./") for line in lines)
+    return tuple(dict.fromkeys(p for p in paths if p))
+
+
+def _infer_kind(data: dict[str, Any], path: Path) -> str:
+    if "pull_request" in data:
+        return "pull_request"
+    if "schedule" in data:
+        return "schedule"
+    if "inputs" in data and "workflow" in data:
+        return "manual"
+    if "ref" in data and ("commits" in data or "head_commit" in data or "before" in data):
+        return "push"
+    raise ConfigError("cannot tell the event kind from this payload; pass --event KIND", file=str(path))
+
+
+def _branch(ref: str | None) -> str | None:
+    # Tags keep their full ref so that they never match a branch name like `main`.
+    if not ref:
+        return None
+    return ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else ref
+
+
+def _label_names(labels: Any, path: Path) -> frozenset[str]:
+    if isinstance(labels, str):                       # workflow_dispatch input: "ci:sm90,ci:perf"
+        return parse_labels(labels)
+    if isinstance(labels, list):
+        return frozenset(item["name"] if isinstance(item, dict) else str(item) for item in labels)
+    if labels is None:
+        return frozenset()
+    raise ConfigError(f"labels: expected a list or a comma-separated string, got {type(labels).__name__}", file=str(path))
+
+
+def read_github_event(path: Path, kind: str | None = None) -> Event:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read GitHub event: {exc.strerror}", file=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"invalid JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+    if not isinstance(data, dict):
+        raise ConfigError("a GitHub event payload is a JSON object", file=str(path))
+    kind = event_kind(kind) if kind else _infer_kind(data, path)
+
+    if kind == "pull_request":
+        pr = data.get("pull_request")
+        if not isinstance(pr, dict):
+            raise ConfigError("pull_request event without a 'pull_request' object", file=str(path))
+        return Event(kind=kind, labels=_label_names(pr.get("labels"), path),
+                     branch=(pr.get("base") or {}).get("ref"), draft=bool(pr.get("draft", False)))
+    if kind == "manual":
+        inputs = data.get("inputs") or {}
+        return Event(kind=kind, labels=_label_names(inputs.get("labels"), path), branch=_branch(data.get("ref")))
+    if kind == "push":
+        return Event(kind=kind, branch=_branch(data.get("ref")))
+    return Event(kind=kind)                            # schedule: nothing else in the payload
+
+
+def build_event(kind: str | None = None, github_event: Path | None = None,
+                changed_files: Path | None = None, labels: str | None = None) -> Event:
+    """The event of `mha-ci plan`: the payload (if any), its kind overridden by --event, the
+    --labels added to the payload's labels, the --changed-files list as the changed paths."""
+    if github_event is not None:
+        event = read_github_event(github_event, kind)
+    else:
+        event = Event(kind=event_kind(kind) if kind else "pull_request")
+    return Event(kind=event.kind, labels=event.labels | parse_labels(labels),
+                 changed_files=read_changed_files(changed_files) if changed_files else event.changed_files,
+                 branch=event.branch, draft=event.draft)
