@@ -24,7 +24,7 @@ from mha_ci.model.lockfile import read_pins
 from mha_ci.model.pipeline import (ARCH_PLACEHOLDER, EventRules, KindMatrix, LabelRule, PathRule,
                                    Pipeline, Selection, Triggers)
 from mha_ci.model.types import EVENT_KINDS, JOB_KINDS, Arch, KnownFailure, Toolchain
-from mha_ci.model.yaml_source import _model_at, closest, line_of, load_yaml, validate
+from mha_ci.model.yaml_source import closest, model_at, line_of, load_yaml, validate
 
 PIPELINE_FILES = ("toolchains.yaml", "archs.yaml", "jobs.yaml", "triggers.yaml", "known_failures.yaml")
 REQUIRED_PINS = ("torch", "triton")          # what every payload imports; pincheck compares them
@@ -80,7 +80,7 @@ def _raise_misspelt_key_first(model: type, raw: Any, path: Path) -> None:
         if extra is None:
             return
         loc = tuple(extra["loc"])
-        owner = _model_at(model, loc[:-1])
+        owner = model_at(model, loc[:-1])
         valid = sorted(owner.model_fields) if owner else []
         raise ConfigError(f"unknown key '{loc[-1]}' at {' / '.join(map(str, loc))}; valid keys: {', '.join(valid)}",
                           file=str(path), line=line_of(raw, loc), key=str(loc[-1]),
