@@ -24,9 +24,12 @@ $(STAMP): requirements-dev.lock pyproject.toml
 setup: $(STAMP) system-deps
 
 # System packages the jobs need; installed only when missing (CI machines start bare).
+# lld-19 links Triton 3.4's AMD code objects; shellcheck lets actionlint check run: scripts.
 system-deps:
-	@test -x $(LLD) || { echo "installing lld-19 (Triton 3.4 AMD linking)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lld-19 >/dev/null; }
+	@missing=""; test -x $(LLD) || missing="$$missing lld-19"; \
+	  command -v shellcheck >/dev/null || missing="$$missing shellcheck"; \
+	  if [ -n "$$missing" ]; then echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 # dockerd, debootstrap and the local Debian base image (containers/ and the docker executor).
 docker-setup:

@@ -1,0 +1,106 @@
+"""The merge gate of a workflow run: every planned job must have left a passing result.
+
+GitHub's own job status is not enough: a matrix job that never started (runner offline, cancelled,
+matrix empty by mistake) leaves no failed check behind, and a required check on a job that was
+skipped counts as passed. So the `gate` job downloads every job's artifact and checks, for each job
+the plan listed, that
+
+  - the artifact `result-<job id>` exists,
+  - its `exit-code` (written by the workflow step around `mha-ci run`) is 0,
+  - its `results.json` (mha-ci.results/1) is finished and lists that job with verdict "pass".
+
+Standard library only: it runs as `python -m mha_ci.export.gate` with src/ on PYTHONPATH, with
+nothing installed. Exit 0 when all pass, 1 otherwise (the contract's "a gate failed").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+RESULTS_SCHEMA = "mha-ci.results/1"
+ARTIFACT_PREFIX = "result-"
+
+
+@dataclass(frozen=True)
+class JobCheck:
+    job_id: str
+    ok: bool
+    why: str
+
+
+def artifact_name(job_id: str) -> str:
+    return f"{ARTIFACT_PREFIX}{job_id}"
+
+
+def check_job(job_id: str, artifacts: Path) -> JobCheck:
+    folder = artifacts / artifact_name(job_id)
+    if not folder.is_dir():
+        return JobCheck(job_id, False, f"no artifact {artifact_name(job_id)}: the job did not run or did not upload")
+    code_file = folder / "exit-code"
+    if not code_file.is_file():
+        return JobCheck(job_id, False, "no exit-code file: the run step did not finish")
+    code = code_file.read_text().strip()
+    try:
+        results = json.loads((folder / "results.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        return JobCheck(job_id, False, f"exit code {code}; results.json unreadable ({exc.__class__.__name__})")
+    if not isinstance(results, dict) or results.get("schema") != RESULTS_SCHEMA:
+        return JobCheck(job_id, False, f"results.json is not {RESULTS_SCHEMA}")
+    if results.get("status") != "finished":
+        return JobCheck(job_id, False, f"results.json status is {results.get('status')!r}, not 'finished'")
+    entry = next((j for j in results.get("jobs", ()) if isinstance(j, dict) and j.get("job_id") == job_id), None)
+    if entry is None:
+        not_run = next((n for n in results.get("not_run", ()) if isinstance(n, dict) and n.get("id") == job_id), None)
+        why = f"not run: {not_run.get('reason')}" if not_run else "results.json does not list this job"
+        return JobCheck(job_id, False, why)
+    verdict, message = entry.get("verdict"), entry.get("message") or ""
+    if verdict != "pass":
+        return JobCheck(job_id, False, f"verdict {verdict}" + (f": {message}" if message else ""))
+    if code != "0":
+        return JobCheck(job_id, False, f"verdict pass but `mha-ci run` exited {code}")
+    return JobCheck(job_id, True, "pass" + (f": {message}" if message else ""))
+
+
+def run_gate(plan_file: Path, artifacts: Path, plan_result: str = "success") -> tuple[int, list[str]]:
+    """(exit code, markdown lines) for the plan job's result and the downloaded artifacts."""
+    if plan_result == "skipped":
+        return 0, ["## CI gate", "", "Nothing planned: the plan job was skipped (draft pull request, "
+                   "or a label event for a label outside the CI's prefix)."]
+    if plan_result != "success":
+        return 1, ["## CI gate", "", f"The plan job ended with '{plan_result}': no verdict is possible."]
+    try:
+        plan = json.loads(Path(plan_file).read_text())
+        job_ids = [entry["id"] for entry in plan["jobs"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return 1, ["## CI gate", "", f"Cannot read the plan {plan_file}: {exc}"]
+    checks = [check_job(job_id, Path(artifacts)) for job_id in job_ids]
+    failed = [c for c in checks if not c.ok]
+    head = f"{len(checks) - len(failed)} of {len(checks)} planned jobs passed"
+    lines = ["## CI gate", "", head, ""]
+    if checks:
+        lines += ["| job | verdict |", "|---|---|"]
+        lines += [f"| {c.job_id} | {'pass' if c.ok else 'FAIL'}: {c.why.replace('|', '/')} |" for c in checks]
+    return (1 if failed else 0), lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mha_ci.export.gate", description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", type=Path, required=True, help="plan.json of the run (mha-ci plan --format json)")
+    parser.add_argument("--artifacts", type=Path, required=True, help="folder the workflow downloaded all artifacts to")
+    parser.add_argument("--plan-result", default="success", help="needs.plan.result: success | skipped | failure | cancelled")
+    parser.add_argument("--summary", type=Path, default=None, help="append the markdown table here ($GITHUB_STEP_SUMMARY)")
+    args = parser.parse_args(argv)
+    code, lines = run_gate(args.plan, args.artifacts, args.plan_result)
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if args.summary:
+        with open(args.summary, "a") as handle:
+            handle.write(text)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

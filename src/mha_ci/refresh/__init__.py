@@ -1,0 +1,14 @@
+"""The nightly baseline refresh (DESIGN.md job kind 4): re-measure, check the measurement is fit
+to become a baseline, and put the new baselines on a new branch with a pull-request description.
+
+  core.py        refresh(pipeline, arch, measure_fn, ...) -> RefreshResult; the refusal rules
+  branch.py      the one-commit branch made in a throw-away `git worktree` (the checkout and its
+                 branch are never touched; an interrupted refresh leaves nothing behind)
+  report.py      the pull-request body: old vs new per shape, what moved, both provenances
+  __main__.py    `python -m mha_ci.refresh` over measurement files (the GPU side measures)
+
+`mha-ci perf refresh` (mha_ci.commands.perf) calls `refresh()` with the perf measure function.
+"""
+from mha_ci.refresh.core import RefreshRefused, RefreshResult, refresh
+
+__all__ = ["RefreshRefused", "RefreshResult", "refresh"]

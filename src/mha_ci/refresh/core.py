@@ -1,0 +1,294 @@
+"""refresh(): from fresh measurements to a baseline branch, or a refusal that says why.
+
+A measurement becomes a baseline only when it is one a gate can trust. Refusals, with exit codes
+(mha_ci.errors):
+
+  exit 1 (a gate failed: the measurement is not fit to be a baseline)
+    - the document is not a valid mha-ci.perf/1 document, or covers a subset instead of every shape
+    - a shape failed to run (stats null) or stalled (a dispatch far above the median, see
+      mha_ci.perf.stats): a stall means the machine was disturbed while measuring
+    - a shape's noise is above pipelines/perf.yaml `refresh.max_noise_pct`
+  exit 3 (environment: the runner is not the machine the baseline is for)
+    - provenance does not match: another arch, another toolchain name, torch/triton versions
+      other than the toolchain's lock pins, or another GPU than the stored baseline's (a GPU change
+      is a deliberate, reviewed baseline reset, never a nightly one)
+    - git problems: the branch already exists, git fails
+  exit 2: the arch does not exist or has no refresh job (pipelines/jobs.yaml `kinds.refresh`)
+
+All toolchains' problems are collected before refusing, so one night's log shows all of them.
+Nothing is written to the repository before every check passed; then everything goes into one
+commit on `baseline-refresh/<date>-<arch>` (mha_ci.refresh.branch; `-<toolchain>` appended when
+only some toolchains are refreshed). When no shape moved beyond
+its threshold, no shape came or went and the other refreshed files are unchanged, no branch is
+made (status "unchanged") unless `always` is set: a nightly pull request of pure noise would teach
+people to merge them unread.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+from mha_ci.errors import ConfigError, ExitCode, MhaCiError
+from mha_ci.model.pipeline import Pipeline
+from mha_ci.model.types import Arch, Toolchain
+from mha_ci.perf.compare import Comparison, GatePolicy, compare
+from mha_ci.perf.document import SCHEMA as PERF_SCHEMA
+from mha_ci.perf.document import check_perf
+from mha_ci.refresh import branch as git_branch
+from mha_ci.refresh import report
+
+CODEOBJ_SCHEMA = "mha-ci.codeobj/1"
+BASELINES_DIR = "perf_baselines"
+
+MeasureFn = Callable[[Arch, Toolchain], dict]            # -> mha-ci.perf/1 document
+ChecksumsFn = Callable[[Toolchain], dict | None]         # -> mha-ci.codeobj/1 document, or None: keep
+DurationsFn = Callable[[Arch], Mapping[str, dict]]       # -> {path under perf_baselines/test_durations/: doc}
+
+
+class RefreshRefused(MhaCiError):
+    """The measurement must not become a baseline; `reasons` lists every problem found."""
+
+    def __init__(self, reasons: list[str], exit_code: ExitCode) -> None:
+        self.reasons = reasons
+        self.exit_code = exit_code
+        super().__init__("refresh refused:\n  - " + "\n  - ".join(reasons))
+
+
+@dataclass(frozen=True)
+class RefreshPolicy:
+    max_noise_pct: float
+    gate: GatePolicy
+
+    @classmethod
+    def from_pipelines(cls, root: Path) -> "RefreshPolicy":
+        from mha_ci.perf.config import gate_policy, load_perf_file
+
+        spec = load_perf_file(root)
+        return cls(max_noise_pct=spec.refresh.max_noise_pct, gate=gate_policy(spec))
+
+
+@dataclass
+class RefreshResult:
+    status: str                                   # "committed" | "unchanged"
+    arch: str
+    branch: str | None
+    commit: str | None
+    base_commit: str
+    files: list[str] = field(default_factory=list)             # repo-relative, in the commit
+    moved: dict[str, list[str]] = field(default_factory=dict)   # toolchain -> shape keys beyond threshold
+    out_files: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"schema": "mha-ci.refresh/1", **asdict(self)}
+
+
+# -- checks ----------------------------------------------------------------------------------
+
+def baseline_path(arch: str, toolchain: str) -> str:
+    return f"{BASELINES_DIR}/{arch}/{toolchain}.json"
+
+
+def _load_json(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"stored baseline is not JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+
+
+def _public(version: object) -> object:
+    """The release without its local part: the lock pins the CPU wheel (2.13.0+cpu), a GPU runner
+    measures with that release's ROCm or CUDA build (2.13.0+rocm7.0); the release must agree."""
+    return version.split("+", 1)[0] if isinstance(version, str) else version
+
+
+def measurement_problems(doc: dict, arch: Arch, toolchain: Toolchain, old: dict | None,
+                         policy: RefreshPolicy) -> tuple[list[str], list[str]]:
+    """(problems with the measurement itself -> exit 1, provenance mismatches -> exit 3)."""
+    where = f"{arch.name}/{toolchain.name}"
+    problem = check_perf(doc)
+    if problem:
+        return [f"{where}: not a {PERF_SCHEMA} document: {problem}"], []
+    bad, mismatch = [], []
+    prov = doc["provenance"]
+    if prov.get("arch") != arch.name:
+        mismatch.append(f"{where}: measured on arch {prov.get('arch')!r}, not {arch.name!r}")
+    if prov.get("toolchain") != toolchain.name:
+        mismatch.append(f"{where}: measured with toolchain {prov.get('toolchain')!r}, not {toolchain.name!r}")
+    versions = prov.get("versions") or {}
+    for package in ("torch", "triton"):
+        pinned = toolchain.pins.get(package)
+        if _public(versions.get(package)) != _public(pinned):
+            mismatch.append(f"{where}: {package} {versions.get(package)!r} measured, {pinned!r} pinned in {toolchain.lock.name}")
+    if old is not None:
+        old_prov = old.get("provenance") or {}
+        for name, what in (("gpu", "GPU"), ("arch", "arch")):
+            if old_prov.get(name) != prov.get(name):
+                mismatch.append(f"{where}: {what} {prov.get(name)!r} differs from the stored baseline's "
+                                f"{old_prov.get(name)!r}")
+    subset = (doc.get("selection") or {}).get("subset")
+    if subset not in (None, "full"):
+        bad.append(f"{where}: measured the '{subset}' subset; a baseline needs every shape (subset 'full')")
+    for entry in doc["results"]:
+        key, stats = entry["key"], entry.get("stats")
+        if stats is None:
+            bad.append(f"{where}: {key} failed to run: {entry.get('error')}")
+            continue
+        if stats.get("stall"):
+            stall = stats["stall"]
+            detail = f" ({stall.get('us')} us, {stall.get('ratio')}x the median)" if isinstance(stall, dict) else ""
+            bad.append(f"{where}: {key} stalled{detail}")
+        if stats["noise_pct"] > policy.max_noise_pct:
+            bad.append(f"{where}: {key} noise {stats['noise_pct']:.1f} % > refresh.max_noise_pct "
+                       f"{policy.max_noise_pct:.1f} % (pipelines/perf.yaml)")
+    return bad, mismatch
+
+
+def _moved(comparison: Comparison | None) -> list[str]:
+    if comparison is None:
+        return []
+    return [v.key for v in comparison.shapes if v.status in ("regression", "improvement")]
+
+
+def _shape_set_changed(old: dict | None, new: dict) -> bool:
+    if old is None:
+        return True
+    return {e["key"] for e in old.get("results", ())} != {e["key"] for e in new["results"]}
+
+
+def _encode(doc: dict) -> bytes:
+    # The perf helper's write_json layout (indent 1), so a refreshed baseline diffs line by line.
+    return (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode()
+
+
+# -- refresh ---------------------------------------------------------------------------------
+
+def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Path,
+            checksums_fn: ChecksumsFn | None = None, durations_fn: DurationsFn | None = None,
+            toolchains: list[str] | None = None, policy: RefreshPolicy | None = None,
+            today: _dt.date | None = None, always: bool = False) -> RefreshResult:
+    """Measure `arch` with every toolchain (or `toolchains`), check, and commit the new baselines
+    on `baseline-refresh/<date>-<arch>`. Writes out_dir/refresh.json, pr-body.md, pr-title.txt."""
+    root = Path(pipeline.root)
+    out_dir = Path(out_dir)
+    if arch not in pipeline.archs:
+        raise ConfigError(f"unknown arch '{arch}'; known: {', '.join(pipeline.archs)}")
+    if arch not in pipeline.kinds["refresh"].archs:
+        raise ConfigError(f"arch '{arch}' has no refresh job (pipelines/jobs.yaml kinds / refresh / archs: "
+                          f"{', '.join(pipeline.kinds['refresh'].archs)})")
+    arch_spec = pipeline.archs[arch]
+    names = toolchains or list(pipeline.toolchains)
+    for name in names:
+        if name not in pipeline.toolchains:
+            raise ConfigError(f"unknown toolchain '{name}'; known: {', '.join(pipeline.toolchains)}")
+    policy = policy or RefreshPolicy.from_pipelines(root)
+    date = (today or _dt.datetime.now(_dt.timezone.utc).date()).isoformat()
+    base_commit = git_branch.head_commit(root)
+
+    # 1. measure and check everything before anything is written
+    bad, mismatch, measured = [], [], {}
+    for name in names:
+        toolchain = pipeline.toolchains[name]
+        doc = measure_fn(arch_spec, toolchain)
+        old = _load_json(root / baseline_path(arch, name))
+        doc_bad, doc_mismatch = measurement_problems(doc, arch_spec, toolchain, old, policy)
+        bad += doc_bad
+        mismatch += doc_mismatch
+        measured[name] = (old, doc)
+    if bad or mismatch:
+        refused = RefreshRefused(mismatch + bad, ExitCode.ENVIRONMENT_ERROR if mismatch else ExitCode.GATE_FAILED)
+        _publish(out_dir, {"refresh.json": json.dumps({"schema": "mha-ci.refresh/1", "status": "refused",
+                                                         "arch": arch, "branch": None, "exit_code": int(refused.exit_code),
+                                                         "reasons": refused.reasons}, indent=2) + "\n"})
+        raise refused
+
+    # 2. the files of the commit
+    files: dict[str, bytes] = {}
+    comparisons: dict[str, Comparison | None] = {}
+    changed = always
+    for name, (old, doc) in measured.items():
+        files[baseline_path(arch, name)] = _encode(doc)
+        comparisons[name] = compare(old, doc, policy.gate) if old is not None else None
+        changed = changed or bool(_moved(comparisons[name])) or _shape_set_changed(old, doc)
+    extra: dict[str, bytes] = {}
+    if checksums_fn:
+        for name in names:
+            doc = checksums_fn(pipeline.toolchains[name])
+            if doc is None:          # not refreshed for this toolchain
+                continue
+            if not isinstance(doc, dict) or doc.get("schema") != CODEOBJ_SCHEMA:
+                raise RefreshRefused([f"code objects of {name}: not a {CODEOBJ_SCHEMA} document"], ExitCode.GATE_FAILED)
+            extra[f"{BASELINES_DIR}/code_objects/{name}.json"] = _encode(doc)
+    if durations_fn:
+        for rel, doc in sorted(durations_fn(arch_spec).items()):
+            if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise ConfigError(f"test durations path {rel!r} must be relative, inside test_durations/")
+            extra[f"{BASELINES_DIR}/test_durations/{rel}"] = _encode(doc)
+    for rel, data in extra.items():
+        current = root / rel
+        if not current.is_file() or current.read_bytes() != data:
+            changed = True
+        files[rel] = data
+
+    moved = {name: _moved(c) for name, c in comparisons.items()}
+    branch = f"baseline-refresh/{date}-{arch}"
+    if set(names) != set(pipeline.toolchains):
+        # A refresh of some toolchains only (a `refresh-<arch>-<toolchain>` job) gets its own
+        # branch, so two such jobs of one night do not collide on the arch's branch name.
+        branch += "-" + "-".join(names)
+    body = report.pr_body(arch=arch, date=date, branch=branch if changed else None, base_commit=base_commit,
+                          measured={n: d for n, (_, d) in measured.items()},
+                          olds={n: o for n, (o, _) in measured.items()}, comparisons=comparisons,
+                          policy=policy, other_files=sorted(extra))
+    title = f"Baseline refresh: {arch}, {date}"
+    if not changed:
+        result = RefreshResult(status="unchanged", arch=arch, branch=None, commit=None, base_commit=base_commit,
+                               moved=moved)
+        result.out_files = _publish(out_dir, _out_texts(result, body, title))
+        return result
+
+    # 3. commit on the new branch, then publish the out files; an interrupt anywhere undoes both
+    message = f"{title}\n\nRe-measured by the nightly refresh from {base_commit}.\n" + "".join(
+        f"{name}: {len(keys)} shapes moved beyond their threshold\n" for name, keys in moved.items())
+    commit = git_branch.commit_on_new_branch(root, branch, base_commit, files, message)
+    result = RefreshResult(status="committed", arch=arch, branch=branch, commit=commit, base_commit=base_commit,
+                           files=sorted(files), moved=moved)
+    try:
+        result.out_files = _publish(out_dir, _out_texts(result, body, title))
+    except BaseException:
+        subprocess.run(["git", "-C", str(root), "branch", "-D", branch], capture_output=True, check=False)
+        raise
+    return result
+
+
+def _out_texts(result: RefreshResult, body: str, title: str) -> dict[str, str]:
+    return {"pr-body.md": body, "pr-title.txt": title + "\n",
+            "refresh.json": json.dumps(result.to_json(), indent=2) + "\n"}
+
+
+def _publish(out_dir: Path, texts: dict[str, str]) -> list[str]:
+    """Write every file into a staging folder first, then move them in: all or none appear."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".refresh-", dir=out_dir))
+    moved: list[Path] = []
+    try:
+        for name, text in texts.items():
+            (staging / name).write_text(text)
+        for name in texts:
+            os.replace(staging / name, out_dir / name)
+            moved.append(out_dir / name)
+    except BaseException:
+        for path in moved:
+            path.unlink(missing_ok=True)
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return sorted(texts)

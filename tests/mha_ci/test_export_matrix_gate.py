@@ -1,0 +1,105 @@
+"""`mha-ci export matrix` (plan -> job matrices) and the workflow's merge gate (mha_ci.export.gate)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from mha_ci.cli import main as cli
+from mha_ci.errors import ConfigError
+from mha_ci.export import gate, matrix
+from mha_ci.model.loader import load_pipeline
+
+PLAN = {"jobs": [
+    {"id": "correctness-interpreter-triton-3.4-1of2", "kind": "correctness", "arch": "interpreter",
+     "toolchain": "triton-3.4", "shard": 1, "shards": 2, "reason": "default"},
+    {"id": "correctness-gfx950-triton-3.8-2of4", "kind": "correctness", "arch": "gfx950",
+     "toolchain": "triton-3.8", "shard": 2, "shards": 4, "reason": "default"},
+    {"id": "perf-sm90-triton-3.4", "kind": "perf", "arch": "sm90", "toolchain": "triton-3.4",
+     "shard": None, "shards": None, "reason": "label ci:sm90"},
+], "skipped": []}
+
+
+def test_matrix_splits_cpu_and_gpu_jobs_with_images_and_device_options(pipeline_root):
+    found = matrix.matrices(load_pipeline(pipeline_root), PLAN)
+    assert [e["id"] for e in found["cpu"]["include"]] == ["correctness-interpreter-triton-3.4-1of2"]
+    assert "image" not in found["cpu"]["include"][0]
+    amd, nvidia = found["gpu"]["include"]
+    lock38 = hashlib.sha256((pipeline_root / "containers/triton-3.8/requirements.lock").read_bytes()).hexdigest()[:12]
+    assert amd["image"] == f"mha-ci/triton-3.8-rocm:{lock38}"
+    assert amd["container_options"] == "--device /dev/kfd --device /dev/dri --group-add video --security-opt seccomp=unconfined"
+    assert nvidia["image"].startswith("mha-ci/triton-3.4-cuda:") and nvidia["container_options"] == "--gpus all"
+    assert json.loads(amd["runs_on"]) == ["self-hosted", "linux", "mi355x"]
+
+
+def test_matrix_command_prints_github_output_lines(pipeline_root, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(PLAN))
+    assert cli(["--root", str(pipeline_root), "export", "matrix", "--plan", str(plan)]) == 0
+    lines = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
+    assert lines["cpu_count"] == "1" and lines["gpu_count"] == "2"
+    assert len(json.loads(lines["gpu"])["include"]) == 2
+    plan.write_text(json.dumps({"jobs": [], "skipped": []}))
+    assert cli(["--root", str(pipeline_root), "export", "matrix", "--plan", str(plan)]) == 0
+    assert "cpu_count=0" in capsys.readouterr().out
+
+
+def test_matrix_rejects_a_plan_naming_an_unknown_arch(pipeline_root):
+    bad = {"jobs": [{"id": "perf-gfx999-triton-3.4", "kind": "perf", "arch": "gfx999", "toolchain": "triton-3.4"}]}
+    with pytest.raises(ConfigError, match="gfx999"):
+        matrix.matrices(load_pipeline(pipeline_root), bad)
+
+
+def result_artifact(root: Path, job_id: str, verdict: str = "pass", code: int = 0, status: str = "finished") -> None:
+    folder = root / gate.artifact_name(job_id)
+    folder.mkdir(parents=True)
+    (folder / "exit-code").write_text(f"{code}\n")
+    (folder / "results.json").write_text(json.dumps({
+        "schema": "mha-ci.results/1", "status": status, "exit_code": code,
+        "jobs": [{"job_id": job_id, "kind": "perf", "verdict": verdict, "exit_code": code, "message": "m"}],
+        "not_run": [], "skipped": []}))
+
+
+@pytest.fixture
+def plan_file(tmp_path) -> Path:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(PLAN))
+    return path
+
+
+def test_gate_passes_when_every_planned_job_passed(tmp_path, plan_file):
+    for job in PLAN["jobs"]:
+        result_artifact(tmp_path / "a", job["id"])
+    code, lines = gate.run_gate(plan_file, tmp_path / "a")
+    assert code == 0 and "3 of 3 planned jobs passed" in lines
+
+
+@pytest.mark.parametrize("break_it, why", [
+    (lambda a: None, "did not run or did not upload"),                                   # artifact missing
+    (lambda a: result_artifact(a, "perf-sm90-triton-3.4", verdict="fail", code=1), "verdict fail"),
+    (lambda a: result_artifact(a, "perf-sm90-triton-3.4", status="running"), "not 'finished'"),
+    (lambda a: result_artifact(a, "perf-sm90-triton-3.4", code=3), "exited 3"),
+], ids=["missing", "failed", "unfinished", "exit-code"])
+def test_gate_fails_on_a_missing_or_failed_job(tmp_path, plan_file, break_it, why):
+    artifacts = tmp_path / "a"
+    for job in PLAN["jobs"][:2]:
+        result_artifact(artifacts, job["id"])
+    break_it(artifacts)
+    code, lines = gate.run_gate(plan_file, artifacts)
+    assert code == 1
+    assert any("perf-sm90-triton-3.4" in line and "FAIL" in line and why in line for line in lines), lines
+
+
+def test_gate_on_a_skipped_or_failed_plan(tmp_path, plan_file):
+    assert gate.run_gate(tmp_path / "absent.json", tmp_path, plan_result="skipped")[0] == 0
+    assert gate.run_gate(plan_file, tmp_path, plan_result="failure")[0] == 1
+    assert gate.run_gate(tmp_path / "absent.json", tmp_path, plan_result="success")[0] == 1
+
+
+def test_gate_command_appends_to_the_step_summary(tmp_path, plan_file):
+    summary = tmp_path / "summary.md"
+    summary.write_text("before\n")
+    assert gate.main(["--plan", str(plan_file), "--artifacts", str(tmp_path / "none"), "--summary", str(summary)]) == 1
+    assert summary.read_text().startswith("before\n## CI gate")

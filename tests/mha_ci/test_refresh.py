@@ -1,0 +1,230 @@
+"""The nightly refresh (mha_ci.refresh) on a real temporary git repository with fake
+mha-ci.perf/1 measurements: what it commits, where, and every refusal."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
+from mha_ci.model.loader import load_pipeline
+from mha_ci.perf.compare import GatePolicy
+from mha_ci.refresh import RefreshRefused, refresh
+from mha_ci.refresh import branch as git_branch
+from mha_ci.refresh.__main__ import main as refresh_main
+from mha_ci.refresh.core import RefreshPolicy
+
+DATE = dt.date(2026, 11, 30)
+BRANCH = "baseline-refresh/2026-11-30-sm90"
+BRANCH_34 = BRANCH + "-triton-3.4"    # only one of the two toolchains refreshed
+POLICY = RefreshPolicy(max_noise_pct=5.0, gate=GatePolicy(floor_pct=3.0, k=1.0))
+PINS = {"triton-3.4": {"torch": "2.13.0+cu130", "triton": "3.4.0"},
+        "triton-3.8": {"torch": "2.13.0+cu130", "triton": "3.8.0"}}
+KEYS = ("dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1", "dense_b1_hq64_hk8_sq8192_sk8192_dqk128_dv128_c1")
+
+
+def perf_doc(toolchain: str, means=(500.0, 1900.0), noise=2.0, gpu="NVIDIA H200", arch="sm90",
+             stall=None, versions=None, subset="full", error_key=None) -> dict:
+    results = []
+    for key, mean in zip(KEYS, means):
+        if key == error_key:
+            results.append({"key": key, "shape": {}, "bucket": "default", "stats": None, "error": "launch failed"})
+            continue
+        results.append({"key": key, "shape": {"b": 8}, "bucket": "default",
+                        "stats": {"trimmed_mean_us": mean, "median_us": mean, "max_us": mean * 1.2,
+                                  "noise_pct": noise, "reps": 5, "dispatches": 40, "stall": stall}, "error": None})
+    return {"schema": "mha-ci.perf/1",
+            "provenance": {"gpu": gpu, "arch": arch, "driver": "580.1", "toolchain": toolchain,
+                           "versions": versions or PINS[toolchain], "kernel": "mha", "commit": "abc", "date": "2026-11-29"},
+            "method": {"warmup": 10, "dispatches": 40, "reps": 5, "trim": [10, 10]},
+            "selection": {"subset": subset, "count": len(results)}, "results": results}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(pipeline_root: Path) -> Path:
+    """A git repository holding pipelines/, the locks and a stored sm90/triton-3.4 baseline."""
+    baseline = pipeline_root / "perf_baselines" / "sm90" / "triton-3.4.json"
+    baseline.parent.mkdir(parents=True)
+    baseline.write_text(json.dumps(perf_doc("triton-3.4"), indent=1) + "\n")
+    git(pipeline_root, "init", "--quiet", "-b", "main")
+    git(pipeline_root, "add", ".")
+    git(pipeline_root, "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
+        "commit", "--quiet", "-m", "init")
+    return pipeline_root
+
+
+@pytest.fixture
+def scratch(tmp_path_factory) -> Path:
+    """A folder outside the repository, for out/ folders and measurement files."""
+    return tmp_path_factory.mktemp("scratch")
+
+
+def snapshot(repo: Path) -> tuple:
+    """Everything a refresh must leave alone in the checkout: HEAD, branch, status, worktrees, baseline."""
+    return (git(repo, "rev-parse", "HEAD"), git(repo, "symbolic-ref", "HEAD"), git(repo, "status", "--porcelain"),
+            git(repo, "worktree", "list", "--porcelain").count("worktree "),
+            (repo / "perf_baselines/sm90/triton-3.4.json").read_text())
+
+
+def measure_with(docs: dict):
+    return lambda arch, toolchain: docs[toolchain.name]
+
+
+def run(repo: Path, docs: dict, scratch: Path, **kw):
+    return refresh(load_pipeline(repo), "sm90", measure_with(docs), out_dir=scratch / "out",
+                   policy=POLICY, today=DATE, **kw)
+
+
+def test_commits_new_baselines_on_a_new_branch_only(repo, scratch):
+    before = snapshot(repo)
+    docs = {"triton-3.4": perf_doc("triton-3.4", means=(560.0, 1905.0)), "triton-3.8": perf_doc("triton-3.8")}
+    result = run(repo, docs, scratch)
+
+    assert result.status == "committed" and result.branch == BRANCH
+    assert snapshot(repo) == before                     # checkout, its branch and files untouched
+    assert git(repo, "rev-parse", f"{BRANCH}^") == before[0]    # exactly one commit on top of HEAD
+    assert git(repo, "log", "-1", "--format=%an <%ae>|%cn <%ce>", BRANCH) == \
+        "mha-ci nightly <mha-ci@localhost>|mha-ci nightly <mha-ci@localhost>"
+    changed = git(repo, "diff", "--name-only", f"{BRANCH}^", BRANCH).splitlines()
+    assert changed == ["perf_baselines/sm90/triton-3.4.json", "perf_baselines/sm90/triton-3.8.json"]
+    stored = json.loads(git(repo, "show", f"{BRANCH}:perf_baselines/sm90/triton-3.4.json"))
+    assert stored == docs["triton-3.4"]
+    assert result.moved == {"triton-3.4": [KEYS[0]], "triton-3.8": []}   # +12 % > 3 %; +0.3 % is noise
+
+    out = scratch / "out"
+    body = (out / "pr-body.md").read_text()
+    assert f"| triton-3.4 | `{KEYS[0]}` | 500.0 | 2.0 % | 560.0 | 2.0 % | +12.0 % | 3.0 % | regression |" in body
+    assert "## Provenance" in body and "NVIDIA H200" in body and "(no baseline)" in body   # triton-3.8 is new
+    assert json.loads((out / "refresh.json").read_text())["branch"] == BRANCH
+    assert (out / "pr-title.txt").read_text() == "Baseline refresh: sm90, 2026-11-30\n"
+    assert sorted(p.name for p in out.iterdir()) == ["pr-body.md", "pr-title.txt", "refresh.json"]
+
+
+def test_nothing_moved_makes_no_branch_unless_asked(repo, scratch):
+    docs = {"triton-3.4": perf_doc("triton-3.4", means=(501.0, 1899.0))}
+    result = run(repo, docs, scratch, toolchains=["triton-3.4"])
+    assert result.status == "unchanged" and result.branch is None
+    assert not git_branch.branch_exists(repo, BRANCH_34)
+    assert "nothing changed beyond noise" in (scratch / "out" / "pr-body.md").read_text()
+    forced = run(repo, docs, scratch, toolchains=["triton-3.4"], always=True)
+    assert forced.branch == BRANCH_34 and git_branch.branch_exists(repo, BRANCH_34)
+
+
+@pytest.mark.parametrize("doc, exit_code, reason", [
+    (perf_doc("triton-3.4", stall={"us": 2100.0, "ratio": 4.2}), ExitCode.GATE_FAILED, "stalled (2100.0 us, 4.2x the median)"),
+    (perf_doc("triton-3.4", noise=7.5), ExitCode.GATE_FAILED, "noise 7.5 % > refresh.max_noise_pct 5.0 %"),
+    (perf_doc("triton-3.4", error_key=KEYS[1]), ExitCode.GATE_FAILED, "failed to run: launch failed"),
+    (perf_doc("triton-3.4", subset="pr"), ExitCode.GATE_FAILED, "measured the 'pr' subset"),
+    ({"schema": "mha-ci.perf/0"}, ExitCode.GATE_FAILED, "not a mha-ci.perf/1 document"),
+    (perf_doc("triton-3.4", gpu="NVIDIA H100 80GB HBM3"), ExitCode.ENVIRONMENT_ERROR,
+     "GPU 'NVIDIA H100 80GB HBM3' differs from the stored baseline's 'NVIDIA H200'"),
+    (perf_doc("triton-3.4", arch="gfx950"), ExitCode.ENVIRONMENT_ERROR, "measured on arch 'gfx950', not 'sm90'"),
+    (perf_doc("triton-3.8", versions=PINS["triton-3.8"]) | {}, ExitCode.ENVIRONMENT_ERROR,
+     "measured with toolchain 'triton-3.8', not 'triton-3.4'"),
+    (perf_doc("triton-3.4", versions={"torch": "2.13.0+cu130", "triton": "3.6.0"}), ExitCode.ENVIRONMENT_ERROR,
+     "triton '3.6.0' measured, '3.4.0' pinned"),
+], ids=["stall", "noise", "failed-shape", "subset", "schema", "gpu", "arch", "toolchain", "pin"])
+def test_refuses_an_invalid_measurement_and_writes_nothing(repo, scratch, doc, exit_code, reason):
+    before = snapshot(repo)
+    with pytest.raises(RefreshRefused) as refused:
+        run(repo, {"triton-3.4": doc}, scratch, toolchains=["triton-3.4"])
+    assert refused.value.exit_code == exit_code
+    assert any(reason in r for r in refused.value.reasons), refused.value.reasons
+    assert snapshot(repo) == before and not git_branch.branch_exists(repo, BRANCH_34)
+    record = json.loads((scratch / "out" / "refresh.json").read_text())
+    assert record["status"] == "refused" and record["branch"] is None and record["exit_code"] == exit_code
+
+
+def test_reports_every_toolchains_problems_at_once(repo, scratch):
+    docs = {"triton-3.4": perf_doc("triton-3.4", noise=9.0), "triton-3.8": perf_doc("triton-3.8", stall={"us": 1, "ratio": 5})}
+    with pytest.raises(RefreshRefused) as refused:
+        run(repo, docs, scratch)
+    assert any(r.startswith("sm90/triton-3.4") for r in refused.value.reasons)
+    assert any(r.startswith("sm90/triton-3.8") for r in refused.value.reasons)
+
+
+def test_interrupted_mid_write_leaves_nothing_behind(repo, scratch, monkeypatch):
+    before = snapshot(repo)
+    real_write, calls = git_branch._write_atomic, []
+
+    def interrupted(path, data):
+        calls.append(path)
+        if len(calls) == 2:                 # the first baseline is written, the second is not
+            raise KeyboardInterrupt
+        real_write(path, data)
+
+    monkeypatch.setattr(git_branch, "_write_atomic", interrupted)
+    scratch_before = set(Path("/tmp").glob("mha-ci-refresh-*"))
+    docs = {"triton-3.4": perf_doc("triton-3.4", means=(600.0, 1900.0)), "triton-3.8": perf_doc("triton-3.8")}
+    with pytest.raises(KeyboardInterrupt):
+        run(repo, docs, scratch)
+    assert len(calls) == 2
+    assert snapshot(repo) == before
+    assert not git_branch.branch_exists(repo, BRANCH)
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert not calls[0].exists()                          # the worktree holding the partial file is gone
+    assert set(Path("/tmp").glob("mha-ci-refresh-*")) <= scratch_before
+    assert not (scratch / "out").exists() or not any((scratch / "out").iterdir())
+
+
+def test_interrupted_while_publishing_removes_the_branch(repo, scratch, monkeypatch):
+    from mha_ci.refresh import core
+
+    def interrupted(out_dir, texts):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(core, "_publish", interrupted)
+    docs = {"triton-3.4": perf_doc("triton-3.4", means=(600.0, 1900.0))}
+    with pytest.raises(KeyboardInterrupt):
+        run(repo, docs, scratch, toolchains=["triton-3.4"])
+    assert not git_branch.branch_exists(repo, BRANCH_34)
+
+
+def test_existing_branch_is_an_environment_error(repo, scratch):
+    git(repo, "branch", BRANCH_34)
+    docs = {"triton-3.4": perf_doc("triton-3.4", means=(600.0, 1900.0))}
+    with pytest.raises(EnvironmentProblem, match="already exists"):
+        run(repo, docs, scratch, toolchains=["triton-3.4"])
+    assert git(repo, "rev-parse", BRANCH_34) == git(repo, "rev-parse", "HEAD")     # not moved
+
+
+def test_arch_without_refresh_job_is_a_config_error(repo, scratch):
+    with pytest.raises(ConfigError, match="no refresh job"):
+        refresh(load_pipeline(repo), "interpreter", measure_with({}), out_dir=scratch / "out", policy=POLICY)
+
+
+def test_command_line_from_measurement_files(repo, scratch):
+    m34 = scratch / "m34.json"
+    m34.write_text(json.dumps(perf_doc("triton-3.4", means=(450.0, 1900.0))))
+    codeobj = scratch / "co.json"
+    codeobj.write_text(json.dumps({"schema": "mha-ci.codeobj/1", "toolchain": {}, "objects": []}))
+    out = scratch / "cli-out"
+    argv = ["--root", str(repo), "--arch", "sm90", "--measurement", f"triton-3.4={m34}",
+            "--checksums", f"triton-3.4={codeobj}", "--out", str(out), "--date", "2026-11-30"]
+    assert refresh_main(argv) == 0
+    files = git(repo, "diff", "--name-only", f"{BRANCH_34}^", BRANCH_34).splitlines()
+    assert files == ["perf_baselines/code_objects/triton-3.4.json", "perf_baselines/sm90/triton-3.4.json"]
+    assert "improvement" in (out / "pr-body.md").read_text()
+
+    noisy = scratch / "noisy.json"
+    noisy.write_text(json.dumps(perf_doc("triton-3.4", noise=12.0)))
+    argv = ["--root", str(repo), "--arch", "sm90", "--measurement", f"triton-3.4={noisy}",
+            "--out", str(scratch / "o2"), "--date", "2026-12-01"]
+    assert refresh_main(argv) == ExitCode.GATE_FAILED
+    assert not git_branch.branch_exists(repo, "baseline-refresh/2026-12-01-sm90-triton-3.4")
+
+
+def test_policy_comes_from_pipelines_perf_yaml(repo):
+    import yaml
+
+    raw = yaml.safe_load((repo / "pipelines" / "perf.yaml").read_text())
+    policy = RefreshPolicy.from_pipelines(repo)
+    assert policy.max_noise_pct == raw["refresh"]["max_noise_pct"]
+    assert policy.gate.floor_pct == raw["gate"]["floor_pct"] and policy.gate.k == raw["gate"]["k"]
