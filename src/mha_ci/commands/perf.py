@@ -1,11 +1,220 @@
-"""mha-ci perf (placeholder until its owner lands it)."""
-from mha_ci.errors import ConfigError
+"""mha-ci perf: workload shapes, measurements, the gate, calibration and baselines.
+
+    mha-ci perf shapes    [--subset pr|full] [--shape GLOB ...] [--out DIR] [--format text|json]
+    mha-ci perf measure   [--toolchain T] [--arch A] [--subset pr|full] [--executor E] [--out D]
+                          [--kernel mha|sdpa] [--shape GLOB ...] [--interleave T2 [--chunks N]]
+    mha-ci perf compare   BASE CAND [--format text|md|json] [--out D] [--cross-toolchain]
+    mha-ci perf calibrate A B [--planted P] [--format md|json] [--out D]
+    mha-ci perf merge     CHUNK.json ... --out FILE
+    mha-ci perf refresh   [--arch A] [--toolchain T ...] [--executor E] [--out D] [--always]
+
+Exit codes: compare/measure --interleave 1 when the gate fails (a regression, or two documents
+that must not be compared); 2 bad files or options; 3 no device or a pin mismatch.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
 
 
-def register(sub):
-    p = sub.add_parser("perf", help="(not yet implemented)")
-    p.set_defaults(handler=_handler)
+def register(sub) -> None:
+    perf = sub.add_parser("perf", help="perf workloads, measurement and gate",
+                          description="Measure the workload shapes and gate them against stored baselines.")
+    cmds = perf.add_subparsers(dest="perf_command", required=True, parser_class=type(perf))
+
+    p = cmds.add_parser("shapes", help="list the workload shapes; write shapes.json + method.json for the payload")
+    p.add_argument("--subset", choices=("pr", "full"), default="full")
+    p.add_argument("--shape", action="append", metavar="GLOB", help="only keys matching (repeatable)")
+    p.add_argument("--out", type=Path, help="folder to write shapes.json and method.json into")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(handler=cmd_shapes)
+
+    p = cmds.add_parser("measure", help="time the shapes in a toolchain through an executor")
+    p.add_argument("--toolchain", help="toolchain (default: the golden one)")
+    p.add_argument("--arch", help="arch (default: the one whose device this machine has)")
+    p.add_argument("--subset", choices=("pr", "full"), default="pr")
+    p.add_argument("--executor", choices=("venv", "docker", "host"), default="venv")
+    p.add_argument("--out", type=Path, help="output folder (default: <root>/out/perf)")
+    p.add_argument("--kernel", choices=("mha", "sdpa"), default="mha",
+                   help="sdpa: time torch SDPA instead (harness sanity check, not a kernel measurement)")
+    p.add_argument("--shape", action="append", metavar="GLOB")
+    p.add_argument("--interleave", metavar="T2", help="also measure toolchain T2, alternating chunks (ABBA)")
+    p.add_argument("--chunks", type=int, default=8, help="chunks per toolchain with --interleave (default 8)")
+    p.set_defaults(handler=cmd_measure)
+
+    p = cmds.add_parser("compare", help="classify every shape of CAND against BASE (exit 1 on regression)")
+    p.add_argument("baseline", type=Path)
+    p.add_argument("candidate", type=Path)
+    p.add_argument("--format", choices=("text", "md", "json"), default="text")
+    p.add_argument("--out", type=Path, help="also write compare.{json,md,txt,png,html} here")
+    p.add_argument("--cross-toolchain", action="store_true", help="compare two toolchains on purpose")
+    p.set_defaults(handler=cmd_compare)
+
+    p = cmds.add_parser("calibrate", help="A/A: per-shape noise, smallest slowdown caught, false-regression rate")
+    p.add_argument("a", type=Path)
+    p.add_argument("b", type=Path)
+    p.add_argument("--planted", type=Path, help="a third run of the same build with MHA_PERF_PLANT_SLOWDOWN")
+    p.add_argument("--format", choices=("md", "json"), default="md")
+    p.add_argument("--out", type=Path, help="also write calibrate.{json,md} here")
+    p.set_defaults(handler=cmd_calibrate)
+
+    p = cmds.add_parser("merge", help="join chunk documents (payload --chunk I/N) of one toolchain")
+    p.add_argument("chunks", type=Path, nargs="+")
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(handler=cmd_merge)
+
+    p = cmds.add_parser("refresh", help="measure the full set and propose new baselines on a branch (mha_ci.refresh)")
+    p.add_argument("--arch", help="arch (default: the one whose device this machine has)")
+    p.add_argument("--toolchain", action="append", help="toolchain (repeatable; default: all)")
+    p.add_argument("--executor", choices=("venv", "docker", "host"), default="venv")
+    p.add_argument("--out", type=Path, help="output folder (default: <root>/out/refresh)")
+    p.add_argument("--always", action="store_true", help="make the branch even when nothing moved")
+    p.set_defaults(handler=cmd_refresh)
 
 
-def _handler(args):
-    raise ConfigError("mha-ci perf is not implemented yet")
+# handlers ----------------------------------------------------------------------------------
+
+def cmd_shapes(args) -> int:
+    from collections import Counter
+
+    from mha_ci.perf.job import selected_workloads, write_inputs
+
+    _, workloads = selected_workloads(args.root, args.subset, args.shape)
+    if args.out:
+        shapes, method, count = write_inputs(args.root, args.out, args.subset, args.shape)
+        print(f"wrote {shapes} ({count} shapes) and {method}", file=sys.stderr)
+    if args.format == "json":
+        from mha_ci.perf.workloads import shapes_document
+
+        print(json.dumps(shapes_document(workloads, args.subset), indent=1))
+        return ExitCode.OK
+    for w in workloads:
+        print(f"{w.key:<64} {w.bucket:<16} {','.join(w.tags):<20} {w.shape.flops / 1e12:8.3f} TFLOP")
+    buckets = Counter((w.bucket, w.shape.layout) for w in workloads)
+    tags = Counter(t for w in workloads for t in w.tags)
+    print(f"{len(workloads)} shapes ({args.subset}); by bucket/layout: "
+          + ", ".join(f"{b}/{l} {n}" for (b, l), n in sorted(buckets.items()))
+          + "; by source: " + ", ".join(f"{t} {n}" for t, n in sorted(tags.items())))
+    return ExitCode.OK
+
+
+def cmd_measure(args) -> int:
+    from mha_ci.commands.run import make_executor
+    from mha_ci.model.loader import load_pipeline
+    from mha_ci.perf import report
+    from mha_ci.perf.compare import compare
+    from mha_ci.perf.config import gate_policy, load_perf_file
+    from mha_ci.perf.job import measure_interleaved, run_payload, write_inputs
+
+    pipeline = load_pipeline(args.root)
+    toolchain = args.toolchain or _golden(pipeline)
+    arch = args.arch or _local_arch(pipeline)
+    out_dir = (args.out or args.root / "out" / "perf").resolve()
+    rel = f"perf-{arch}-{toolchain}" + (f"-vs-{args.interleave}" if args.interleave else "")
+    _, _, count = write_inputs(args.root, out_dir / rel, args.subset, args.shape)
+    executor = make_executor(args.executor, args.root)
+    print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}"
+          + (f" interleaved with {args.interleave} in {args.chunks} chunks" if args.interleave else ""),
+          file=sys.stderr)
+    if not args.interleave:
+        run_payload(executor, pipeline, toolchain, arch, out_dir, rel, kernel=args.kernel)
+        print(f"mha-ci perf: wrote {out_dir / rel / 'perf.json'}", file=sys.stderr)
+        return ExitCode.OK
+    if args.chunks < 1:
+        raise ConfigError("--chunks must be at least 1", key="--chunks")
+    docs = measure_interleaved(executor, pipeline, (toolchain, args.interleave), arch, out_dir, rel,
+                               args.chunks, kernel=args.kernel)
+    comparison = compare(docs[toolchain], docs[args.interleave], gate_policy(load_perf_file(args.root)),
+                         cross_toolchain=True)
+    paths = report.write_all(comparison, out_dir / rel)
+    print(report.text(comparison), end="")
+    print(f"mha-ci perf: reports in {paths['html'].parent}", file=sys.stderr)
+    return ExitCode.GATE_FAILED if comparison.gate_failed else ExitCode.OK
+
+
+def cmd_compare(args) -> int:
+    from mha_ci.perf import report
+    from mha_ci.perf.compare import compare
+    from mha_ci.perf.config import gate_policy, load_perf_file
+    from mha_ci.perf.document import load_perf
+
+    comparison = compare(load_perf(args.baseline), load_perf(args.candidate),
+                         gate_policy(load_perf_file(args.root)), cross_toolchain=args.cross_toolchain)
+    if args.format == "json":
+        print(json.dumps(comparison.to_dict(), indent=1))
+    elif args.format == "md":
+        print(report.markdown(comparison), end="")
+    else:
+        print(report.text(comparison), end="")
+    if args.out:
+        paths = report.write_all(comparison, args.out)
+        print(f"mha-ci perf: reports in {paths['html'].parent}", file=sys.stderr)
+    if comparison.refused:
+        print(f"mha-ci perf: refused: {comparison.refused}", file=sys.stderr)
+    return ExitCode.GATE_FAILED if comparison.gate_failed else ExitCode.OK
+
+
+def cmd_calibrate(args) -> int:
+    from mha_ci.perf import calibrate
+    from mha_ci.perf.config import gate_policy, load_perf_file
+    from mha_ci.perf.document import load_perf, write_json
+
+    result = calibrate.calibrate(load_perf(args.a), load_perf(args.b), gate_policy(load_perf_file(args.root)),
+                                 planted=load_perf(args.planted) if args.planted else None)
+    text = calibrate.markdown(result)
+    print(json.dumps(result, indent=1) if args.format == "json" else text, end="" if args.format == "md" else "\n")
+    if args.out:
+        write_json(Path(args.out) / "calibrate.json", result)
+        (Path(args.out) / "calibrate.md").write_text(text)
+    if "refused" in result and len(result) == 1:
+        return ExitCode.GATE_FAILED
+    return ExitCode.OK
+
+
+def cmd_merge(args) -> int:
+    from mha_ci.perf.document import load_perf, merge_perf, write_json
+
+    merged = merge_perf([load_perf(p) for p in args.chunks])
+    write_json(args.out, merged)
+    print(f"mha-ci perf: {len(merged['results'])} shapes from {len(args.chunks)} chunks -> {args.out}", file=sys.stderr)
+    return ExitCode.OK
+
+
+def cmd_refresh(args) -> int:
+    from mha_ci.commands.run import make_executor
+    from mha_ci.model.loader import load_pipeline
+    from mha_ci.perf.job import measure_full
+    from mha_ci.refresh.core import refresh
+
+    pipeline = load_pipeline(args.root)
+    arch = args.arch or _local_arch(pipeline)
+    out_dir = (args.out or args.root / "out" / "refresh").resolve()
+    executor = make_executor(args.executor, args.root)
+    result = refresh(pipeline, arch, measure_full(executor, pipeline, out_dir, f"measure-{arch}"),
+                     out_dir=out_dir, toolchains=args.toolchain, always=args.always)
+    print(f"mha-ci perf refresh: {result.status}" + (f" on branch {result.branch}" if result.branch else ""),
+          file=sys.stderr)
+    return ExitCode.OK
+
+
+def _golden(pipeline) -> str:
+    for name, tc in pipeline.toolchains.items():
+        if tc.role == "golden":
+            return name
+    return next(iter(pipeline.toolchains))
+
+
+def _local_arch(pipeline) -> str:
+    from mha_ci.executors.devices import available_devices
+
+    devices = available_devices()
+    archs = [a.name for a in pipeline.archs.values() if a.device != "none" and a.device in devices]
+    if len(archs) == 1:
+        return archs[0]
+    if not archs:
+        raise EnvironmentProblem("no GPU on this machine for perf (pass --arch to name one, e.g. for --kernel sdpa "
+                                 "on the interpreter arch's CPU)")
+    raise ConfigError(f"this machine's GPU fits several archs ({', '.join(archs)}): pass --arch", key="--arch")

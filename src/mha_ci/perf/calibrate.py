@@ -1,0 +1,136 @@
+"""Is the gate right for this machine? Judged from two measurements of one build (A/A).
+
+Between two runs of the same build every shape's true delta is zero, so:
+- every "regression" the gate calls is a false regression (likewise "improvement");
+- a shape's threshold_pct is the smallest slowdown the gate can catch on it;
+- the largest |delta| seen is the floor that would have made no false call, and the largest
+  |delta| / combined noise the k that would have.
+With a third measurement of the same build carrying a planted slowdown
+(MHA_PERF_PLANT_SLOWDOWN, see the payload) the catching rate is measured too: the share of
+planted shapes the gate calls a regression, and the delta actually realised.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+from mha_ci.perf.compare import GatePolicy, compare
+
+
+def _ceil_half(x: float) -> float:
+    return math.ceil(x * 2) / 2
+
+
+def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None) -> dict:
+    aa = compare(a, b, policy)
+    if aa.refused:
+        return {"refused": aa.refused}
+    valid = [v for v in aa.shapes if v.status != "invalid"]
+    shapes = []
+    for v in aa.shapes:
+        combined = math.hypot(v.noise_baseline_pct or 0, v.noise_candidate_pct or 0)
+        shapes.append({"key": v.key, "noise_a_pct": v.noise_baseline_pct, "noise_b_pct": v.noise_candidate_pct,
+                       "aa_delta_pct": v.delta_pct, "smallest_caught_pct": v.threshold_pct,
+                       "combined_noise_pct": round(combined, 3), "status": v.status, "reason": v.reason})
+    deltas = [abs(v.delta_pct) for v in valid]
+    ratios = [abs(v.delta_pct) / math.hypot(v.noise_baseline_pct, v.noise_candidate_pct)
+              for v in valid if math.hypot(v.noise_baseline_pct, v.noise_candidate_pct) > 0]
+    false_reg = [v.key for v in valid if v.status == "regression"]
+    false_imp = [v.key for v in valid if v.status == "improvement"]
+    thresholds = [v.threshold_pct for v in valid]
+    result = {
+        "schema": "mha-ci.perf-calibrate/1",
+        "gate": {"floor_pct": policy.floor_pct, "k": policy.k, "invalid_noise_pct": policy.invalid_noise_pct},
+        "shapes_total": len(aa.shapes),
+        "shapes_valid": len(valid),
+        "false_regressions": false_reg,
+        "false_regression_rate": len(false_reg) / len(valid) if valid else None,
+        "false_improvements": false_imp,
+        "false_improvement_rate": len(false_imp) / len(valid) if valid else None,
+        "aa_abs_delta_pct": _summary(deltas),
+        "noise_pct": _summary([s for v in valid for s in (v.noise_baseline_pct, v.noise_candidate_pct)]),
+        "smallest_caught_pct": _summary(thresholds),
+        "zero_false_call_floor_pct": _ceil_half(max(deltas)) if deltas else None,
+        "zero_false_call_k": round(max(ratios), 2) if ratios else None,
+        "shapes": shapes,
+    }
+    if planted is not None:
+        result["planted"] = _planted(a, planted, policy)
+    return result
+
+
+def _planted(a: dict, planted: dict, policy: GatePolicy) -> dict:
+    comparison = compare(a, planted, policy)
+    if comparison.refused:
+        return {"refused": comparison.refused}
+    pct_of = {e["key"]: e.get("planted_pct", 0.0) for e in planted["results"]}
+    hits = [v for v in comparison.shapes if pct_of.get(v.key) and v.status != "invalid"]
+    clean = [v for v in comparison.shapes if not pct_of.get(v.key) and v.status != "invalid"]
+    caught = [v.key for v in hits if v.status == "regression"]
+    nominal = sorted({pct_of[v.key] for v in hits})
+    return {
+        "nominal_pct": nominal,
+        "planted_shapes": len(hits),
+        "caught": len(caught),
+        "catch_rate": len(caught) / len(hits) if hits else None,
+        "missed": [{"key": v.key, "delta_pct": round(v.delta_pct, 2), "threshold_pct": round(v.threshold_pct, 2)}
+                   for v in hits if v.status != "regression"],
+        "realised_delta_pct": _summary([v.delta_pct for v in hits]),
+        "unplanted_false_regressions": [v.key for v in clean if v.status == "regression"],
+    }
+
+
+def _summary(values: list[float]) -> dict | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {"min": round(ordered[0], 3), "median": round(statistics.median(ordered), 3),
+            "p90": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3), "max": round(ordered[-1], 3)}
+
+
+def markdown(result: dict) -> str:
+    if "refused" in result and len(result) == 1:
+        return f"# Perf calibration\n\nREFUSED: {result['refused']}\n"
+    g = result["gate"]
+    lines = ["# Perf calibration (A/A)", "",
+             f"Gate under test: floor {g['floor_pct']} %, k {g['k']}, invalid above {g['invalid_noise_pct']} % noise.",
+             f"Valid shapes: {result['shapes_valid']} of {result['shapes_total']}.",
+             f"False regressions: {len(result['false_regressions'])} "
+             f"({_pct(result['false_regression_rate'])}); false improvements: {len(result['false_improvements'])} "
+             f"({_pct(result['false_improvement_rate'])}).",
+             f"|A/A delta| %: {_fmt_summary(result['aa_abs_delta_pct'])}.",
+             f"Noise % (robust std of rep means): {_fmt_summary(result['noise_pct'])}.",
+             f"Smallest slowdown caught %: {_fmt_summary(result['smallest_caught_pct'])}.",
+             f"A floor of {result['zero_false_call_floor_pct']} % (or k = {result['zero_false_call_k']}) "
+             "would have made no false call on this pair.", ""]
+    if result.get("false_regressions"):
+        lines += ["False regressions:", ""] + [f"- `{k}`" for k in result["false_regressions"]] + [""]
+    planted = result.get("planted")
+    if planted:
+        if "refused" in planted:
+            lines += [f"Planted run REFUSED: {planted['refused']}", ""]
+        else:
+            lines += [f"Planted slowdown {planted['nominal_pct']} %: caught {planted['caught']} of "
+                      f"{planted['planted_shapes']} ({_pct(planted['catch_rate'])}); realised delta %: "
+                      f"{_fmt_summary(planted['realised_delta_pct'])}; false regressions on unplanted shapes: "
+                      f"{len(planted['unplanted_false_regressions'])}.", ""]
+            if planted["missed"]:
+                lines += ["Missed:", ""] + [f"- `{m['key']}`: {m['delta_pct']:+.2f} % <= {m['threshold_pct']:.2f} %"
+                                            for m in planted["missed"]] + [""]
+    lines += ["| shape | noise A % | noise B % | A/A delta % | smallest caught % | status |", "|---|---|---|---|---|---|"]
+    for s in result["shapes"]:
+        lines.append(f"| `{s['key']}` | {_num(s['noise_a_pct'])} | {_num(s['noise_b_pct'])} | "
+                     f"{_num(s['aa_delta_pct'])} | {_num(s['smallest_caught_pct'])} | {s['status']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _pct(rate) -> str:
+    return "-" if rate is None else f"{100 * rate:.1f} %"
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _fmt_summary(s) -> str:
+    return "-" if not s else f"min {s['min']}, median {s['median']}, p90 {s['p90']}, max {s['max']}"

@@ -1,0 +1,192 @@
+"""The perf gate: classify every shape of a candidate against a baseline.
+
+Per shape (both sides' `trimmed_mean_us`):
+  delta_pct     = 100 * (candidate - baseline) / baseline
+  threshold_pct = max(floor_pct, k * sqrt(noise_baseline^2 + noise_candidate^2))
+  regression    delta_pct >  threshold_pct
+  improvement   delta_pct < -threshold_pct
+  ok            otherwise
+  invalid       the gate cannot judge: missing on one side, failed on one side, either side's
+                noise above invalid_noise_pct, or the two measurements are not comparable
+                (different GPU, arch, kernel, or toolchain without --cross-toolchain).
+The two noises are combined in quadrature because the delta is a difference of two independent
+estimates. Stalls (mha_ci.perf.stats) ride along per shape and do not change the status; they
+fail the gate only with `fail_on_stall`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+STATUSES = ("improvement", "ok", "regression", "invalid")
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    floor_pct: float = 3.0
+    k: float = 2.5
+    invalid_noise_pct: float = 5.0
+    stall_factor: float = 3.0
+    stall_min_excess_us: float = 50.0
+    fail_on_stall: bool = False
+    fail_on_invalid: bool = False
+
+    def threshold_pct(self, noise_base: float, noise_cand: float) -> float:
+        return max(self.floor_pct, self.k * math.hypot(noise_base, noise_cand))
+
+
+@dataclass(frozen=True)
+class ShapeVerdict:
+    key: str
+    baseline_us: float | None
+    candidate_us: float | None
+    delta_pct: float | None
+    threshold_pct: float | None
+    status: str
+    stall: dict | None                  # the candidate's worst stall, or None
+    reason: str = ""
+    noise_baseline_pct: float | None = None
+    noise_candidate_pct: float | None = None
+    shape: dict | None = None
+    bucket: str | None = None
+    tags: tuple[str, ...] = ()
+    tp: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["tags"], data["tp"] = list(self.tags), list(self.tp)
+        for name in ("baseline_us", "candidate_us", "delta_pct", "threshold_pct",
+                     "noise_baseline_pct", "noise_candidate_pct"):
+            if data[name] is not None:
+                data[name] = round(data[name], 3)
+        return data
+
+
+@dataclass(frozen=True)
+class Comparison:
+    shapes: tuple[ShapeVerdict, ...]
+    policy: GatePolicy
+    refused: str | None = None          # why the two documents are not comparable, if they are not
+    cross_toolchain: bool = False
+    not_measured: int = 0               # baseline shapes outside the candidate's subset
+    baseline_provenance: dict = field(default_factory=dict)
+    candidate_provenance: dict = field(default_factory=dict)
+
+    @property
+    def summary(self) -> dict[str, int]:
+        counts = {status: 0 for status in STATUSES}
+        for verdict in self.shapes:
+            counts[verdict.status] += 1
+        return counts
+
+    @property
+    def stalled(self) -> list[ShapeVerdict]:
+        return [v for v in self.shapes if v.stall]
+
+    @property
+    def gate_failed(self) -> bool:
+        summary = self.summary
+        return bool(self.refused or summary["regression"]
+                    or (self.policy.fail_on_stall and self.stalled)
+                    or (self.policy.fail_on_invalid and summary["invalid"]))
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": "mha-ci.perf-compare/1",
+            "summary": self.summary,
+            "refused": self.refused,
+            "cross_toolchain": self.cross_toolchain,
+            "not_measured": self.not_measured,
+            "gate": asdict(self.policy),
+            "baseline": _provenance_brief(self.baseline_provenance),
+            "candidate": _provenance_brief(self.candidate_provenance),
+            "shapes": [v.to_dict() for v in self.shapes],
+        }
+
+
+def _provenance_brief(p: dict) -> dict:
+    return {k: p.get(k) for k in ("gpu", "arch", "toolchain", "versions", "kernel", "commit", "date",
+                                  "executor", "image_digest", "planted_slowdown_pct")}
+
+
+def incomparable(base: dict, cand: dict, cross_toolchain: bool) -> str | None:
+    """Why two provenances must not be compared shape by shape, or None."""
+    for name, what in (("arch", "arch"), ("gpu", "GPU"), ("kernel", "kernel under test")):
+        if base.get(name) != cand.get(name):
+            return f"different {what}: baseline {base.get(name)!r}, candidate {cand.get(name)!r}"
+    if cross_toolchain:
+        return None
+    if base.get("toolchain") != cand.get("toolchain"):
+        return (f"different toolchain: baseline {base.get('toolchain')!r}, candidate {cand.get('toolchain')!r} "
+                "(pass --cross-toolchain to compare toolchains on purpose)")
+    bv, cv = base.get("versions") or {}, cand.get("versions") or {}
+    for package in ("torch", "triton"):
+        if bv.get(package) != cv.get(package):
+            return (f"different {package}: baseline {bv.get(package)!r}, candidate {cv.get(package)!r} "
+                    "(pass --cross-toolchain to compare toolchains on purpose)")
+    return None
+
+
+def compare(baseline: dict, candidate: dict, policy: GatePolicy, cross_toolchain: bool = False) -> Comparison:
+    """Classify every shape; both arguments are mha-ci.perf/1 documents (document.load_perf)."""
+    base_p, cand_p = baseline["provenance"], candidate["provenance"]
+    refused = incomparable(base_p, cand_p, cross_toolchain)
+    base = {e["key"]: e for e in baseline["results"]}
+    cand = {e["key"]: e for e in candidate["results"]}
+    # A pull-request measurement covers a subset: baseline shapes outside it are not "missing".
+    selection = candidate.get("selection") or {}
+    candidate_is_full = selection.get("subset") == "full" and not selection.get("chunk")
+    keys = sorted(set(cand) | (set(base) if candidate_is_full else set()))
+    not_measured = 0 if candidate_is_full else len(set(base) - set(cand))
+    verdicts = tuple(_verdict(key, base.get(key), cand.get(key), policy, refused) for key in keys)
+    return Comparison(shapes=verdicts, policy=policy, refused=refused, cross_toolchain=cross_toolchain,
+                      not_measured=not_measured, baseline_provenance=base_p, candidate_provenance=cand_p)
+
+
+def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refused: str | None) -> ShapeVerdict:
+    meta = c or b or {}
+    bs, cs = (b or {}).get("stats"), (c or {}).get("stats")
+    common = dict(
+        key=key,
+        baseline_us=bs["trimmed_mean_us"] if bs else None,
+        candidate_us=cs["trimmed_mean_us"] if cs else None,
+        noise_baseline_pct=bs["noise_pct"] if bs else None,
+        noise_candidate_pct=cs["noise_pct"] if cs else None,
+        stall=(cs or {}).get("stall") or None,
+        shape=meta.get("shape"), bucket=meta.get("bucket"),
+        tags=tuple(meta.get("tags") or ()),
+        tp=tuple(sorted({o["tp"] for o in meta.get("origins") or () if o.get("tp")})),
+    )
+    delta = threshold = None
+    if bs and cs and bs["trimmed_mean_us"] > 0:
+        delta = 100.0 * (cs["trimmed_mean_us"] - bs["trimmed_mean_us"]) / bs["trimmed_mean_us"]
+        threshold = policy.threshold_pct(bs["noise_pct"], cs["noise_pct"])
+    reason = _invalid_reason(b, c, bs, cs, policy, refused)
+    if reason:
+        status = "invalid"
+    elif delta > threshold:
+        status, reason = "regression", f"+{delta:.1f} % > {threshold:.1f} %"
+    elif delta < -threshold:
+        status, reason = "improvement", f"{delta:.1f} % < -{threshold:.1f} %"
+    else:
+        status = "ok"
+    return ShapeVerdict(delta_pct=delta, threshold_pct=threshold, status=status, reason=reason, **common)
+
+
+def _invalid_reason(b, c, bs, cs, policy: GatePolicy, refused: str | None) -> str:
+    if refused:
+        return f"not comparable: {refused}"
+    if b is None:
+        return "no baseline for this shape"
+    if c is None:
+        return "not measured in the candidate"
+    if not bs:
+        return f"baseline failed: {b.get('error')}"
+    if not cs:
+        return f"candidate failed: {c.get('error')}"
+    if bs["trimmed_mean_us"] <= 0:
+        return "baseline time is not positive"
+    for side, stats in (("baseline", bs), ("candidate", cs)):
+        if stats["noise_pct"] > policy.invalid_noise_pct:
+            return f"too noisy: {side} noise {stats['noise_pct']:.1f} % > {policy.invalid_noise_pct:.1f} %"
+    return ""

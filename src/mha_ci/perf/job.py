@@ -1,0 +1,184 @@
+"""The perf and refresh job kinds, and the measuring steps `mha-ci perf` shares with them.
+
+Measuring = write shapes.json and method.json into the run's out folder, run the payload
+(`python -m mha_ci.payloads.perf`) through the executor, read back the mha-ci.perf/1 document.
+Gating = compare it with perf_baselines/<arch>/<toolchain>.json (mha_ci.perf.compare) and write
+the reports (compare.{json,md,txt,png,html}) next to it.
+
+Interleaving two toolchains (`mha-ci perf measure --interleave T2`): one process cannot hold two
+Triton versions, so the shapes are cut into N strided chunks and the two toolchains' payload
+processes alternate chunk by chunk in ABBA order (A1 B1 B2 A2 A3 B3 ...), which cancels a linear
+drift of clocks or temperature over the run. Each process pays its start-up and loads its
+compiled kernels from Triton's on-disk cache; the chunks of each toolchain are merged back
+into one document, and the two are compared with --cross-toolchain.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
+from mha_ci.perf import report
+from mha_ci.perf.compare import compare
+from mha_ci.perf.document import load_perf, merge_perf, write_json
+
+SUBSETS = ("pr", "full")
+# The full set is sized for ~10 minutes on an H200 (perf.yaml `measure`); the timeout leaves
+# room for a slow first compile of every kernel variant.
+PAYLOAD_TIMEOUT_S = 3600.0
+
+
+def baseline_path(root: Path, arch: str, toolchain: str) -> Path:
+    return Path(root) / "perf_baselines" / arch / f"{toolchain}.json"
+
+
+def selected_workloads(root: Path, subset: str, keys: list[str] | None = None):
+    """(perf config, workloads) for a subset name: "pr" or "full", optionally key-filtered."""
+    from mha_ci.perf.config import validate_perf_files
+    from mha_ci.perf.workloads import filter_keys, generate, select_subset
+
+    if subset not in SUBSETS:
+        raise ConfigError(f"unknown subset '{subset}'; known: {', '.join(SUBSETS)}", key="--subset")
+    perf, workloads_spec = validate_perf_files(root)
+    workloads = generate(workloads_spec)
+    if subset == "pr":
+        workloads = select_subset(workloads, perf.subset.size, perf.subset.always)
+    if keys:
+        workloads = filter_keys(workloads, keys)
+        if not workloads:
+            raise ConfigError(f"no workload shape matches {', '.join(keys)}", key="--shape")
+    return perf, workloads
+
+
+def write_inputs(root: Path, folder: Path, subset: str, keys: list[str] | None = None) -> tuple[Path, Path, int]:
+    """shapes.json and method.json for the payload; returns their paths and the shape count."""
+    from mha_ci.perf.config import method
+    from mha_ci.perf.workloads import shapes_document
+
+    perf, workloads = selected_workloads(root, subset, keys)
+    name = "custom" if keys else subset
+    shapes = write_json(Path(folder) / "shapes.json", shapes_document(workloads, name))
+    meth = write_json(Path(folder) / "method.json", method(perf).to_dict())
+    return shapes, meth, len(workloads)
+
+
+def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, rel: str, *, kernel: str = "mha",
+                chunk: str | None = None, out_name: str = "perf.json", log_prefix: str = "perf") -> dict:
+    """Run the payload on out_dir/rel/{shapes,method}.json; returns the perf document."""
+    from mha_ci.executors.base import PayloadRun
+
+    if toolchain not in pipeline.toolchains:
+        raise ConfigError(f"unknown toolchain '{toolchain}'; known: {', '.join(pipeline.toolchains)}", key="--toolchain")
+    if arch not in pipeline.archs:
+        raise ConfigError(f"unknown arch '{arch}'; known: {', '.join(pipeline.archs)}", key="--arch")
+    args = ["--shapes", f"{rel}/shapes.json", "--method", f"{rel}/method.json", "--out", f"{rel}/{out_name}",
+            "--kernel", kernel, "--toolchain", toolchain, "--executor", executor.name,
+            "--dump-dispatches", f"{rel}/{out_name.replace('.json', '')}.dispatches.json"]
+    if chunk:
+        args += ["--chunk", chunk]
+    if pipeline.archs[arch].compile_target is None:
+        args += ["--device", "cpu"]
+    env = {k: os.environ[k] for k in ("MHA_PERF_PLANT_SLOWDOWN", "MHA_PERF_PLANT_KEYS", "MHA_CI_COMMIT")
+           if k in os.environ}
+    result = executor.run(PayloadRun(module="perf", args=tuple(args), toolchain=pipeline.toolchains[toolchain],
+                                     arch=pipeline.archs[arch], out_dir=out_dir, env=env,
+                                     timeout_s=PAYLOAD_TIMEOUT_S, log_prefix=log_prefix))
+    out = Path(out_dir) / rel / out_name
+    if result.exit_code == ExitCode.ENVIRONMENT_ERROR:
+        raise EnvironmentProblem(f"perf payload ({toolchain}, {arch}): environment problem; see its log")
+    if result.timed_out or result.error or not out.is_file():
+        why = "timed out" if result.timed_out else (result.error or f"exit {result.exit_code}, no {out.name}")
+        raise EnvironmentProblem(f"perf payload ({toolchain}, {arch}) produced no result: {why}")
+    doc = load_perf(out)
+    if result.provenance.get("image_digest") and not doc["provenance"].get("image_digest"):
+        doc["provenance"]["image_digest"] = result.provenance["image_digest"]
+        write_json(out, doc)
+    return doc
+
+
+def interleave_order(chunks: int, a: str, b: str) -> list[tuple[int, str]]:
+    """ABBA order over chunks: (1, a), (1, b), (2, b), (2, a), (3, a), (3, b), ..."""
+    order = []
+    for i in range(1, chunks + 1):
+        pair = (a, b) if i % 2 else (b, a)
+        order += [(i, pair[0]), (i, pair[1])]
+    return order
+
+
+def measure_interleaved(executor, pipeline, toolchains: tuple[str, str], arch: str, out_dir: Path, rel: str,
+                        chunks: int, kernel: str = "mha") -> dict[str, dict]:
+    parts: dict[str, list[dict]] = {t: [] for t in toolchains}
+    for index, toolchain in interleave_order(chunks, *toolchains):
+        name = f"perf-{toolchain}-chunk{index}of{chunks}.json"
+        parts[toolchain].append(run_payload(executor, pipeline, toolchain, arch, out_dir, rel, kernel=kernel,
+                                            chunk=f"{index}/{chunks}", out_name=name,
+                                            log_prefix=f"perf {toolchain} {index}/{chunks}"))
+    merged = {}
+    for toolchain, docs in parts.items():
+        merged[toolchain] = merge_perf(docs)
+        write_json(Path(out_dir) / rel / f"perf-{toolchain}.json", merged[toolchain])
+    return merged
+
+
+# job kinds ---------------------------------------------------------------------------------
+
+def run_job(job, pipeline, executor, out_dir: Path):
+    """perf-<arch>-<toolchain>: measure (subset from $MHA_CI_PERF_SUBSET, default full) and gate
+    against perf_baselines/<arch>/<toolchain>.json."""
+    from mha_ci.jobs import JobResult
+    from mha_ci.perf.config import gate_policy, load_perf_file
+
+    started = time.monotonic()
+    subset = os.environ.get("MHA_CI_PERF_SUBSET", "full")
+    rel = f"jobs/{job.id}"
+    job_dir = Path(out_dir) / rel
+    _, _, count = write_inputs(pipeline.root, job_dir, subset)
+    candidate = run_payload(executor, pipeline, job.toolchain, job.arch, out_dir, rel, log_prefix=job.id)
+    measured = time.monotonic() - started
+    result = JobResult(job_id=job.id, kind=job.kind, verdict="fail", exit_code=ExitCode.GATE_FAILED,
+                       artifacts=[f"{rel}/perf.json"], timings={"measure": round(measured, 3)},
+                       details={"subset": subset, "shapes": count})
+    base_file = baseline_path(pipeline.root, job.arch, job.toolchain)
+    if not base_file.is_file():
+        result.message = (f"no baseline {base_file.relative_to(pipeline.root)}: nothing to gate against "
+                          f"(the nightly refresh, or `mha-ci perf refresh`, stores one)")
+        return result
+    comparison = compare(load_perf(base_file), candidate, gate_policy(load_perf_file(pipeline.root)))
+    paths = report.write_all(comparison, job_dir)
+    result.artifacts += [str(p.relative_to(out_dir)) for p in paths.values()]
+    result.details.update(summary=comparison.summary, refused=comparison.refused,
+                          stalls=len(comparison.stalled),
+                          regressions=[v.key for v in comparison.shapes if v.status == "regression"][:50])
+    if comparison.gate_failed:
+        result.message = comparison.refused or f"perf gate failed: {report.tally_line(comparison)}"
+        return result
+    result.verdict, result.exit_code = "pass", ExitCode.OK
+    result.message = report.tally_line(comparison)
+    return result
+
+
+def measure_full(executor, pipeline, out_dir: Path, rel_prefix: str):
+    """A MeasureFn for mha_ci.refresh: (Arch, Toolchain) -> the full set's perf document."""
+    def measure_fn(arch, toolchain) -> dict:
+        rel = f"{rel_prefix}/{toolchain.name}"
+        write_inputs(pipeline.root, Path(out_dir) / rel, "full")
+        return run_payload(executor, pipeline, toolchain.name, arch.name, out_dir, rel,
+                           log_prefix=f"refresh {arch.name} {toolchain.name}")
+    return measure_fn
+
+
+def run_refresh_job(job, pipeline, executor, out_dir: Path):
+    """refresh-<arch>-<toolchain>: measure the full set and hand it to mha_ci.refresh, which
+    checks it (noise, stalls, provenance against the pins) and commits the new baseline on a
+    branch for a pull request, or refuses with every reason (it never overwrites silently)."""
+    from mha_ci.jobs import JobResult
+    from mha_ci.refresh.core import refresh
+
+    rel = f"jobs/{job.id}"
+    result = refresh(pipeline, job.arch, measure_full(executor, pipeline, out_dir, rel),
+                     out_dir=Path(out_dir) / rel / "refresh", toolchains=[job.toolchain])
+    return JobResult(job_id=job.id, kind=job.kind, verdict="pass", exit_code=ExitCode.OK,
+                     artifacts=[f"{rel}/{job.toolchain}/perf.json"],
+                     message=f"{result.status}" + (f" on {result.branch}" if result.branch else ""),
+                     details=result.to_json())

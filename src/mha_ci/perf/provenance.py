@@ -1,0 +1,101 @@
+"""Where a measurement came from: GPU, driver, clocks, toolchain, commit, date.
+
+Standard library only (torch is passed in by the payload), so it runs in toolchain envs.
+Every field that cannot be found is recorded as None rather than guessed.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+# One nvidia-smi call gives every field; ROCm machines have no nvidia-smi and get None.
+_SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem",
+               "temperature.gpu", "power.draw", "pstate")
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def smi_index() -> str:
+    """The nvidia-smi index of the device torch calls cuda:0 (first of CUDA_VISIBLE_DEVICES)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return visible if visible else "0"
+
+
+def smi_sample() -> dict | None:
+    """Clocks, temperature and power now, from nvidia-smi; None where there is none."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits",
+                              "-i", smi_index()], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    values = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")]
+    return {name: _number(value) for name, value in zip(_SMI_FIELDS, values)}
+
+
+def _number(value: str):
+    try:
+        return float(value) if "." in value else int(value)
+    except ValueError:
+        return None if value in ("", "[N/A]", "N/A") else value
+
+
+def git_commit(root: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def device_facts(torch, device: str) -> dict:
+    """GPU name, arch name as the configs use it (sm90, gfx942, ...), CUDA/HIP versions."""
+    if device == "cpu":
+        return {"gpu": None, "arch": "cpu", "device": "cpu", "cpu": platform.processor() or platform.machine(),
+                "cuda": None, "hip": None}
+    props = torch.cuda.get_device_properties(0)
+    gcn = getattr(props, "gcnArchName", "") or ""
+    if getattr(torch.version, "hip", None) or gcn:
+        arch = gcn.split(":")[0] or None
+    else:
+        major, minor = torch.cuda.get_device_capability(0)
+        arch = f"sm{major}{minor}"
+    return {"gpu": props.name, "arch": arch, "device": "cuda", "sm_count": props.multi_processor_count,
+            "memory_gib": round(props.total_memory / 2**30, 1),
+            "cuda": getattr(torch.version, "cuda", None), "hip": getattr(torch.version, "hip", None)}
+
+
+def collect(torch, device: str, *, toolchain: str, versions: dict, pins_checked: bool, executor: str | None,
+            image_digest: str | None, commit: str | None, root: Path, kernel: str, planted_pct: float,
+            smi_start: dict | None, smi_end: dict | None) -> dict:
+    facts = device_facts(torch, device)
+    start, end = smi_start or {}, smi_end or {}
+    return {
+        **facts,
+        "driver": start.get("driver_version"),
+        "sm_clock_mhz": {"start": start.get("clocks.sm"), "end": end.get("clocks.sm"),
+                         "max": start.get("clocks.max.sm")},
+        "mem_clock_mhz": {"start": start.get("clocks.mem"), "end": end.get("clocks.mem")},
+        "temperature_c": {"start": start.get("temperature.gpu"), "end": end.get("temperature.gpu")},
+        "power_w": {"start": start.get("power.draw"), "end": end.get("power.draw")},
+        "toolchain": toolchain,
+        "versions": versions,
+        "pins_checked": pins_checked,
+        "executor": executor,
+        "image_digest": image_digest,
+        "commit": commit or git_commit(root),
+        "date": utc_now(),
+        "hostname": platform.node(),
+        "kernel": kernel,
+        "planted_slowdown_pct": planted_pct,
+    }

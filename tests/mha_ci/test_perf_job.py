@@ -1,0 +1,98 @@
+"""The perf job kind and interleaving, with a fake executor standing in for the payload."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from mha_ci.errors import EnvironmentProblem
+from mha_ci.executors.base import Executor, PayloadResult
+from mha_ci.model.loader import load_pipeline
+from mha_ci.model.types import Job
+from mha_ci.perf import job as perf_job
+from mha_ci.perf.document import load_perf
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "perf"))
+from perf_builders import doc, entry  # noqa: E402
+
+
+class FakeExecutor(Executor):
+    """Answers the perf payload with a document for the shapes it was given, times from `us`."""
+
+    name = "fake"
+
+    def __init__(self, us=lambda key, toolchain: 100.0, exit_code=0):
+        self.us, self.exit_code, self.runs = us, exit_code, []
+
+    def run(self, payload):
+        args = dict(zip(payload.args[::2], payload.args[1::2]))
+        self.runs.append((payload.toolchain.name, args.get("--chunk")))
+        if self.exit_code:
+            return PayloadResult(exit_code=self.exit_code)
+        shapes = json.loads((payload.out_dir / args["--shapes"]).read_text())["shapes"]
+        if "--chunk" in args:
+            i, n = map(int, args["--chunk"].split("/"))
+            shapes = shapes[i - 1::n]
+        tc = payload.toolchain.name
+        d = doc([entry(s["key"], self.us(s["key"], tc)) for s in shapes], subset=json.loads(
+            (payload.out_dir / args["--shapes"]).read_text())["subset"], toolchain=tc,
+            versions={"torch": "2.13.0", "triton": payload.toolchain.pins.get("triton")})
+        d["selection"]["chunk"] = args.get("--chunk")
+        out = payload.out_dir / args["--out"]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(d))
+        return PayloadResult(exit_code=0, provenance={"executor": "fake"})
+
+
+@pytest.fixture
+def checkout(pipeline_root):
+    return pipeline_root
+
+
+def _baseline(root, keys_us):
+    path = perf_job.baseline_path(root, "sm90", "triton-3.4")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc([entry(k, us) for k, us in keys_us.items()],
+                                   versions={"torch": "2.13.0", "triton": "3.4.0"})))
+
+
+def test_perf_job_passes_fails_and_reports(checkout, tmp_path, monkeypatch):
+    monkeypatch.setenv("MHA_CI_PERF_SUBSET", "pr")
+    pipeline = load_pipeline(checkout)
+    job = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
+    keys = [w.key for w in perf_job.selected_workloads(checkout, "pr")[1]]
+    # no baseline yet: the job cannot pass
+    result = perf_job.run_job(job, pipeline, FakeExecutor(), tmp_path / "o0")
+    assert result.verdict == "fail" and "no baseline" in result.message
+    _baseline(checkout, {k: 100.0 for k in keys})
+    result = perf_job.run_job(job, pipeline, FakeExecutor(), tmp_path / "o1")
+    assert result.verdict == "pass" and result.details["summary"]["ok"] == len(keys)
+    assert (tmp_path / "o1" / "jobs" / job.id / "compare.html").is_file()
+    slow = FakeExecutor(us=lambda key, tc: 150.0 if key == keys[0] else 100.0)
+    result = perf_job.run_job(job, pipeline, slow, tmp_path / "o2")
+    assert result.verdict == "fail" and result.exit_code == 1 and result.details["regressions"] == [keys[0]]
+
+
+def test_payload_environment_problem_is_exit_3(checkout, tmp_path):
+    pipeline = load_pipeline(checkout)
+    job = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
+    with pytest.raises(EnvironmentProblem):
+        perf_job.run_job(job, pipeline, FakeExecutor(exit_code=3), tmp_path)
+
+
+def test_interleave_runs_abba_merges_and_compares(checkout, tmp_path):
+    assert perf_job.interleave_order(3, "a", "b") == [(1, "a"), (1, "b"), (2, "b"), (2, "a"), (3, "a"), (3, "b")]
+    pipeline = load_pipeline(checkout)
+    rel = "inter"
+    _, _, count = perf_job.write_inputs(checkout, tmp_path / rel, "pr")
+    fake = FakeExecutor(us=lambda key, tc: 100.0 if tc == "triton-3.4" else 90.0)
+    docs = perf_job.measure_interleaved(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel, 4)
+    assert [r[0] for r in fake.runs] == ["triton-3.4", "triton-3.8", "triton-3.8", "triton-3.4"] * 2
+    for tc in ("triton-3.4", "triton-3.8"):
+        merged = load_perf(tmp_path / rel / f"perf-{tc}.json")
+        assert len(merged["results"]) == count and merged["provenance"]["chunks"] == 4
+        assert "chunk" not in merged["selection"]
+    from mha_ci.perf.compare import GatePolicy, compare
+
+    c = compare(docs["triton-3.4"], docs["triton-3.8"], GatePolicy(), cross_toolchain=True)
+    assert c.summary["improvement"] == count
