@@ -1,0 +1,155 @@
+"""Benchmark: TFLOP/s of mha vs torch SDPA (cuDNN and flash backends), bf16, forward and backward.
+
+    python -m mha.bench [--out FILE] [--sweep]
+
+All columns come from one run on one GPU, so the ratios compare like with like. Times are
+medians of triton.testing.do_bench. FLOPs: forward 2*B*Hq*Sq*Sk*(Dqk+Dv), halved for causal
+(the flash-attn convention); backward 2.5x forward.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+# (batch, Hq, Hk, S, Dqk, Dv, causal), from FACTS.md.
+SHAPES = [
+    (1, 128, 128, 8192, 192, 128, True),
+    (8, 48, 8, 2048, 64, 64, True),
+    (1, 64, 8, 8192, 128, 128, True),
+    (4, 32, 8, 4096, 128, 128, False),
+]
+FWD_SWEEP = [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s)
+             for bm, bn, w, s in [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2),
+                                  (128, 64, 8, 4), (128, 128, 4, 2), (64, 64, 4, 4), (128, 32, 4, 4)]]
+BWD_SWEEP = [dict(BLOCK_M1=m1, BLOCK_N1=n1, BLOCK_M2=m2, BLOCK_N2=n2, num_warps=w, num_stages=s)
+             for m1, n1, m2, n2, w, s in [(32, 128, 128, 32, 4, 3), (32, 128, 128, 32, 8, 3),
+                                          (64, 128, 128, 64, 8, 2), (64, 64, 64, 64, 4, 3),
+                                          (32, 64, 64, 32, 4, 3)]]
+
+
+def flops(shape, backward: bool) -> float:
+    b, hq, _hk, s, dqk, dv, causal = shape
+    f = 2.0 * b * hq * s * s * (dqk + dv) * (0.5 if causal else 1.0)
+    return f * 2.5 if backward else f
+
+
+def key(shape) -> str:
+    b, hq, hk, s, dqk, dv, causal = shape
+    return f"b{b}_hq{hq}_hk{hk}_s{s}_dqk{dqk}_dv{dv}_c{int(causal)}"
+
+
+def _inputs(shape, requires_grad: bool):
+    b, hq, hk, s, dqk, dv, _ = shape
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    mk = lambda h, d: torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_(requires_grad)
+    return mk(hq, dqk), mk(hk, dqk), mk(hk, dv)
+
+
+def _time(fn) -> float:
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def _ours(shape, backward: bool, config=None):
+    import mha
+
+    q, k, v = _inputs(shape, backward)
+    call = lambda: mha.flash_attn_func(q, k, v, causal=shape[6], config=config)
+    if not backward:
+        return call
+    out = call()
+    do = torch.randn_like(out)
+    return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+
+
+def _sdpa(shape, backward: bool, backend):
+    from torch.nn.attention import sdpa_kernel
+    import torch.nn.functional as F
+
+    q, k, v = _inputs(shape, backward)
+    group = shape[1] // shape[2]
+    # SDPA takes (B, H, S, D); expand the KV heads once outside the timing (cuDNN has no GQA path
+    # in every torch build).
+    qt = q.transpose(1, 2)
+    kt = k.repeat_interleave(group, dim=2).transpose(1, 2) if group > 1 else k.transpose(1, 2)
+    vt = v.repeat_interleave(group, dim=2).transpose(1, 2) if group > 1 else v.transpose(1, 2)
+
+    def call():
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=shape[6])
+
+    call()  # raises when the backend has no kernel for this shape
+    if not backward:
+        return call
+    out = call()
+    do = torch.randn_like(out)
+    return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+
+
+def _tflops(make, shape, backward):
+    try:
+        fn = make()
+        ms = _time(fn)
+    except Exception as e:  # a backend without a kernel for the shape
+        print(f"  {key(shape)} {'bwd' if backward else 'fwd'}: {type(e).__name__}: {str(e)[:120]}", file=sys.stderr)
+        return None
+    return flops(shape, backward) / (ms * 1e-3) / 1e12
+
+
+def table() -> str:
+    from torch.nn.attention import SDPBackend
+
+    rows = ["| shape | pass | mha TFLOP/s | cuDNN TFLOP/s | flash TFLOP/s | mha/cuDNN | mha/flash |",
+            "|---|---|---|---|---|---|---|"]
+    fmt = lambda x: "n/a" if x is None else f"{x:.0f}"
+    ratio = lambda a, b: "n/a" if a is None or b is None else f"{a / b:.2f}"
+    for shape in SHAPES:
+        for backward in (False, True):
+            ours = _tflops(lambda: _ours(shape, backward), shape, backward)
+            cudnn = _tflops(lambda: _sdpa(shape, backward, SDPBackend.CUDNN_ATTENTION), shape, backward)
+            flash = _tflops(lambda: _sdpa(shape, backward, SDPBackend.FLASH_ATTENTION), shape, backward)
+            rows.append(f"| {key(shape)} | {'bwd' if backward else 'fwd'} | {fmt(ours)} | {fmt(cudnn)} | "
+                        f"{fmt(flash)} | {ratio(ours, cudnn)} | {ratio(ours, flash)} |")
+            print(rows[-1], flush=True)
+    return "\n".join(rows)
+
+
+def sweep() -> str:
+    """Per-config TFLOP/s of mha alone (to choose the sm90 JSON values)."""
+    rows = ["| shape | pass | config | TFLOP/s |", "|---|---|---|---|"]
+    for shape in SHAPES:
+        for backward, cands in ((False, FWD_SWEEP), (True, BWD_SWEEP)):
+            for cfg in cands:
+                t = _tflops(lambda: _ours(shape, backward, {"backward" if backward else "forward": cfg}),
+                            shape, backward)
+                rows.append(f"| {key(shape)} | {'bwd' if backward else 'fwd'} | {cfg} | "
+                            f"{'fail' if t is None else f'{t:.0f}'} |")
+                print(rows[-1], flush=True)
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mha.bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="also write the markdown table to this file")
+    ap.add_argument("--sweep", action="store_true", help="time candidate configs of each pass instead")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("mha.bench needs a CUDA GPU", file=sys.stderr)
+        return 3
+    import triton
+
+    header = (f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+              "bf16, TFLOP/s from do_bench medians\n\n")
+    text = header + (sweep() if args.sweep else table()) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,105 @@
+"""Kernel launch configs: one JSON file per arch, one section per pass, buckets per problem kind.
+
+The bucket rule (`select_bucket`) is the only place that maps a problem to a bucket; the guards
+that exclude known-bad settings (`apply_guards`) sit next to it with their reasons.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+from .arch import KNOWN_ARCHS
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+PASSES = ("forward", "backward")
+BUCKETS = ("default", "small_head", "pe", "dropout_or_fp32")
+REQUIRED_KEYS = {
+    "forward": ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"),
+    "backward": ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps", "num_stages"),
+}
+
+
+class ConfigFileError(LookupError):
+    """A config file is missing, unknown, or lacks a pass, bucket or key."""
+
+
+def config_path(arch: str) -> Path:
+    return CONFIG_DIR / f"{arch}-MHA-DEFAULT.json"
+
+
+@functools.lru_cache(maxsize=None)
+def load_arch_configs(arch: str) -> dict:
+    """Parsed and checked config file of `arch`; read once per process (cached)."""
+    path = config_path(arch)
+    if not path.is_file():
+        raise ConfigFileError(
+            f"no kernel config for arch {arch!r}: looked for {path}; known archs: {', '.join(KNOWN_ARCHS)}"
+        )
+    data = json.loads(path.read_text())
+    for pass_ in PASSES:
+        section = data.get(pass_)
+        if not isinstance(section, dict):
+            raise ConfigFileError(f"{path}: missing section {pass_!r}")
+        for bucket in BUCKETS:
+            if bucket not in section:
+                raise ConfigFileError(f"{path}: section {pass_!r} lacks bucket {bucket!r}")
+            missing = [k for k in REQUIRED_KEYS[pass_] if k not in section[bucket]]
+            if missing:
+                raise ConfigFileError(f"{path}: {pass_}.{bucket} lacks keys {missing}")
+    return data
+
+
+def select_bucket(pass_: str, dqk: int, dv: int, dtype: str, dropout_p: float) -> str:
+    """The config bucket of a problem, first match wins:
+
+    1. ``dropout_or_fp32``: dropout_p > 0 or dtype "fp32" (more live registers: the keep mask,
+       or fp32 operands twice the size, so smaller tiles);
+    2. ``pe``: Dqk > Dv (the MLA 192/128 case: the QK tile is larger than the PV tile);
+    3. ``small_head``: 16 < Dv <= 64;
+    4. ``default``: everything else (Dv > 64, and the tiny Dv <= 16).
+    The same rule serves both passes; `pass_` is accepted so a pass may diverge later.
+    """
+    if pass_ not in PASSES:
+        raise ValueError(f"pass_ must be one of {PASSES}, got {pass_!r}")
+    if dropout_p > 0 or dtype == "fp32":
+        return "dropout_or_fp32"
+    if dqk > dv:
+        return "pe"
+    if 16 < dv <= 64:
+        return "small_head"
+    return "default"
+
+
+def apply_guards(cfg: dict, dqk: int, dv: int) -> dict:
+    """Remove settings known to be bad, each with its reason."""
+    cfg = dict(cfg)
+    # num_stages=3 miscompiled head_dim <= 16 on one Triton version (reported with issue 3;
+    # not reproduced here); two stages cost nothing measurable at such small tiles.
+    if min(dqk, dv) <= 16 and cfg["num_stages"] > 2:
+        cfg["num_stages"] = 2
+    return cfg
+
+
+def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: float,
+            override: dict | None = None) -> tuple[str, dict]:
+    """(bucket, config) for one pass: file bucket, then guards, then an explicit override.
+
+    An explicit `config=` dict wins over the file and the guards; it may hold the keys of both
+    passes (those of the other pass are ignored) or be {"forward": {...}, "backward": {...}}.
+    """
+    bucket = select_bucket(pass_, dqk, dv, dtype, dropout_p)
+    cfg = apply_guards(load_arch_configs(arch)[pass_][bucket], dqk, dv)
+    if override:
+        nested = isinstance(override.get(pass_), dict)
+        part = override[pass_] if nested else {k: v for k, v in override.items() if k not in PASSES}
+        allowed = set(REQUIRED_KEYS["forward"]) | set(REQUIRED_KEYS["backward"])
+        unknown = set(part) - allowed
+        if unknown:
+            raise ConfigFileError(
+                f"config override has unknown keys {sorted(unknown)}; known: {sorted(allowed)}")
+        mine = {k: int(v) for k, v in part.items() if k in REQUIRED_KEYS[pass_]}
+        if mine:
+            cfg.update(mine)
+            bucket = f"{bucket}+override"
+    return bucket, cfg

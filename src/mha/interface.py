@@ -1,0 +1,94 @@
+"""Public entry points (flash-attn shaped) and their autograd function."""
+from __future__ import annotations
+
+import torch
+
+from . import launch, validation
+from .arch import current_arch
+from .dropout import draw_seed
+
+
+class _FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, sink, cu_q, cu_k, geo, scale, causal, window, dropout_p, config):
+        problem = launch.Problem(dtype=launch.DTYPE_NAMES[q.dtype], dqk=q.shape[-1], dv=v.shape[-1],
+                                 causal=causal, window=window, has_sink=sink is not None,
+                                 dropout=dropout_p > 0, varlen=geo.varlen)
+        specs = launch.kernel_specs(problem, current_arch(q.device), config)
+        rng = draw_seed() if dropout_p > 0 else (0, 0)
+        if dropout_p > 0:
+            validation.check_rng_range(geo.seqlen_q, geo.seqlen_k, rng[1])
+        # causal is a window whose right side is 0 (flash-attn semantics).
+        kernel_window = (window[0], 0 if causal else window[1])
+        out, lse = launch.forward(specs["fwd"], geo, q, k, v, sink, cu_q, cu_k, scale, kernel_window,
+                                  dropout_p, rng)
+        ctx.save_for_backward(q, k, v, out, lse, sink, cu_q, cu_k)
+        ctx.specs, ctx.geo, ctx.scale, ctx.window, ctx.dropout_p, ctx.rng = (
+            specs, geo, scale, kernel_window, dropout_p, rng)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse, sink, cu_q, cu_k = ctx.saved_tensors
+        if dout.stride(-1) != 1:
+            dout = dout.contiguous()
+        dq, dk, dv, delta = launch.backward(ctx.specs, ctx.geo, q, k, v, out, dout, lse, cu_q, cu_k,
+                                            ctx.scale, ctx.window, ctx.dropout_p, ctx.rng)
+        dsink = None
+        if sink is not None and ctx.needs_input_grad[3]:
+            # The sink has a zero value row, so dS_sink = -P_sink * delta, summed over rows.
+            if ctx.geo.varlen:
+                dsink = -(torch.exp(sink[:, None] - lse) * delta).sum(dim=1)
+            else:
+                dsink = -(torch.exp(sink[None, :, None] - lse) * delta).sum(dim=(0, 2))
+        return dq, dk, dv, dsink, None, None, None, None, None, None, None, None
+
+
+def _common_checks(q, k, v, dropout_p, softmax_scale, window_size, sink, varlen):
+    dtype, dqk, dv = validation.check_qkv(q, k, v, varlen=varlen)
+    window = validation.check_window(window_size)
+    p = validation.check_dropout(dropout_p)
+    validation.check_sink(sink, q.shape[-2], q.device)
+    scale = launch.default_scale(dqk) if softmax_scale is None else float(softmax_scale)
+    return window, p, scale
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    sink=None, return_lse=False, config=None):
+    """Attention of q (B, Sq, Hq, Dqk), k (B, Sk, Hk, Dqk), v (B, Sk, Hk, Dv) -> (B, Sq, Hq, Dv).
+
+    causal and windows are bottom-right aligned (query i sits at key i + Sk - Sq). A query row
+    that sees no key gets output 0 and lse -inf (lse = sink when a sink is given: the sink is a
+    logit of its own in the denominator). With return_lse, also lse (B, Hq, Sq) float32, the
+    natural-log normalizer including the sink. Differentiable in q, k, v and sink.
+    """
+    window, p, scale = _common_checks(q, k, v, dropout_p, softmax_scale, window_size, sink, varlen=False)
+    validation.check_int32_offsets(q=q, k=k, v=v)
+    b, sq, hq, _ = q.shape
+    # The output and lse are allocated contiguous: check them too.
+    validation.check_int32_offsets(out=torch.empty((b, sq, hq, v.shape[-1]), device="meta"),
+                                   lse=torch.empty((b, hq, sq), device="meta"))
+    geo = launch.Geometry(batch=b, seqlen_q=sq, seqlen_k=k.shape[1], heads_q=hq, heads_k=k.shape[2], varlen=False)
+    out, lse = _FlashAttention.apply(q, k, v, sink, None, None, geo, scale, bool(causal), window, p, config)
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), sink=None,
+                           return_lse=False, config=None):
+    """Packed variant: q (total_q, Hq, Dqk), k/v (total_k, Hk, D), cu_seqlens int32 (batch + 1).
+
+    Same semantics per sequence as flash_attn_func; lse is (Hq, total_q).
+    """
+    window, p, scale = _common_checks(q, k, v, dropout_p, softmax_scale, window_size, sink, varlen=True)
+    longest_q, longest_k = validation.check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
+                                                       max_seqlen_q, max_seqlen_k, q.device)
+    validation.check_int32_offsets(q=q, k=k, v=v)
+    validation.check_int32_offsets(out=torch.empty((q.shape[0], q.shape[1], v.shape[-1]), device="meta"),
+                                   lse=torch.empty((q.shape[1], q.shape[0]), device="meta"))
+    geo = launch.Geometry(batch=cu_seqlens_q.shape[0] - 1, seqlen_q=longest_q, seqlen_k=longest_k,
+                          heads_q=q.shape[1], heads_k=k.shape[1], varlen=True)
+    out, lse = _FlashAttention.apply(q, k, v, sink, cu_seqlens_q, cu_seqlens_k, geo, scale, bool(causal), window,
+                                     p, config)
+    return (out, lse) if return_lse else out

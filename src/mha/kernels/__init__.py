@@ -1,0 +1,1 @@
+"""Triton kernels. They only compute: shapes, strides and checks live in mha.launch."""

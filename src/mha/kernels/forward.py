@@ -1,0 +1,142 @@
+"""Forward attention kernel (flash-attention 2 style, online softmax in base 2)."""
+import triton
+import triton.language as tl
+
+from .common import LN2, LOG2E, dropout_keep, key_ranges, sequence_bounds, visible
+
+
+@triton.jit
+def _fwd_inner(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs,
+               offs_m, start, end, seqlen_k, diff, window_left, window_right, qk_scale,
+               rng_seed, rng_base, rng_stride, dropout_p,
+               MASKED: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
+               HAS_DROPOUT: tl.constexpr, HEAD_DQK: tl.constexpr, HEAD_DV: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+               DOT_PRECISION: tl.constexpr):
+    """One pass over key blocks [start, end). MASKED stages apply the visibility/length mask;
+    unmasked stages are only given blocks every row of the tile sees in full."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_dqk = tl.arange(0, BLOCK_DQK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    for start_n in range(start, end, BLOCK_N):
+        offs_n = start_n + offs_n0
+        kt_ptrs = K_head + offs_n[None, :] * stride_ks + offs_dqk[:, None]
+        v_ptrs = V_head + offs_n[:, None] * stride_vs + offs_dv[None, :]
+        # Head dims are padded to a power of two inside the kernel: mask, never copy.
+        kt_mask = offs_dqk[:, None] < HEAD_DQK
+        v_mask = offs_dv[None, :] < HEAD_DV
+        if MASKED:
+            kt_mask = kt_mask & (offs_n[None, :] < seqlen_k)
+            v_mask = v_mask & (offs_n[:, None] < seqlen_k)
+        if MASKED or BLOCK_DQK != HEAD_DQK:
+            kt = tl.load(kt_ptrs, mask=kt_mask, other=0.0)
+        else:
+            kt = tl.load(kt_ptrs)
+        s = tl.dot(q, kt, input_precision=DOT_PRECISION) * qk_scale
+        if MASKED:
+            mask = visible(offs_m[:, None], offs_n[None, :], diff, window_left, window_right,
+                           BOUND_LEFT, BOUND_RIGHT) & (offs_n[None, :] < seqlen_k)
+            s = tl.where(mask, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        if MASKED:
+            # A row that has seen no visible key yet keeps m = -inf; subtract 0 instead so
+            # exp2 gives 0 rather than NaN.
+            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_sub = m_new
+        p = tl.math.exp2(s - m_sub[:, None])
+        alpha = tl.math.exp2(m_i - m_sub)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if HAS_DROPOUT:
+            keep = dropout_keep(rng_seed, rng_base, offs_m[:, None], offs_n[None, :], rng_stride, dropout_p)
+            p = tl.where(keep, p, 0.0)
+        if MASKED or BLOCK_DV != HEAD_DV:
+            v = tl.load(v_ptrs, mask=v_mask, other=0.0)
+        else:
+            v = tl.load(v_ptrs)
+        acc = tl.dot(p.to(v.dtype), v, acc=acc, input_precision=DOT_PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+# Values that vary per call but never change the code: not specialized (see mha.launch).
+FWD_DO_NOT_SPECIALIZE = ("seqlen_q", "seqlen_k", "num_heads_q", "group_size", "window_left", "window_right",
+                         "rng_seed", "rng_offset", "rng_stride")
+
+
+@triton.jit(do_not_specialize=FWD_DO_NOT_SPECIALIZE)
+def attn_fwd(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
+             stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+             stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh,
+             stride_lb, stride_lh,
+             seqlen_q, seqlen_k, num_heads_q, group_size, window_left, window_right,
+             qk_scale, dropout_p, rng_seed, rng_offset, rng_stride,
+             HEAD_DQK: tl.constexpr, HEAD_DV: tl.constexpr,
+             BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             IS_VARLEN: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
+             HAS_SINK: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Grid (batch * Hq, cdiv(max seqlen_q, BLOCK_M)). Query blocks run last-first so that the
+    heaviest causal tiles of every head are scheduled before the light ones."""
+    bh = tl.program_id(0)
+    block_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    b = bh // num_heads_q
+    h = bh % num_heads_q
+    hk = h // group_size
+    q_start, seqlen_q = sequence_bounds(CuSeqlensQ, b, seqlen_q, IS_VARLEN)
+    k_start, seqlen_k = sequence_bounds(CuSeqlensK, b, seqlen_k, IS_VARLEN)
+    m0 = block_m * BLOCK_M
+    if m0 >= seqlen_q:
+        return
+    diff = seqlen_k - seqlen_q
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_dqk = tl.arange(0, BLOCK_DQK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    # IS_VARLEN: the launcher passes batch strides of 0, sequences are found through cu_seqlens.
+    Q_head = Q + b * stride_qb + q_start * stride_qs + h * stride_qh
+    K_head = K + b * stride_kb + k_start * stride_ks + hk * stride_kh
+    V_head = V + b * stride_vb + k_start * stride_vs + hk * stride_vh
+    q_mask = (offs_m[:, None] < seqlen_q) & (offs_dqk[None, :] < HEAD_DQK)
+    q = tl.load(Q_head + offs_m[:, None] * stride_qs + offs_dqk[None, :], mask=q_mask, other=0.0)
+
+    if HAS_SINK:
+        # The sink is one more logit with a zero value row: start the running max at it.
+        m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + tl.load(Sink + h) * LOG2E
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32) + 1.0
+    else:
+        m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
+    rng_seed_bh = rng_seed + bh
+    row_last = tl.minimum(m0 + BLOCK_M, seqlen_q) - 1
+    lo, full_lo, full_hi, hi = key_ranges(m0, row_last, seqlen_k, diff, window_left, window_right,
+                                          BLOCK_N, BOUND_LEFT, BOUND_RIGHT)
+    # Left edge of a window (masked), the fully visible middle (unmasked), the diagonal/right
+    # edge and the ragged tail (masked): one inner loop, three stages.
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs, offs_m,
+                               lo, full_lo, seqlen_k, diff, window_left, window_right, qk_scale,
+                               rng_seed_bh, rng_offset, rng_stride, dropout_p,
+                               True, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
+                               BLOCK_N, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs, offs_m,
+                               full_lo, full_hi, seqlen_k, diff, window_left, window_right, qk_scale,
+                               rng_seed_bh, rng_offset, rng_stride, dropout_p,
+                               False, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
+                               BLOCK_N, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs, offs_m,
+                               full_hi, hi, seqlen_k, diff, window_left, window_right, qk_scale,
+                               rng_seed_bh, rng_offset, rng_stride, dropout_p,
+                               True, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
+                               BLOCK_N, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
+    if HAS_DROPOUT:
+        acc = acc * (1.0 / (1.0 - dropout_p))
+    # Rows that saw no key (and no sink) have l = 0: output 0, lse -inf.
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2)
+    row_ok = offs_m < seqlen_q
+    O_head = Out + b * stride_ob + q_start * stride_os + h * stride_oh
+    tl.store(O_head + offs_m[:, None] * stride_os + offs_dv[None, :], out.to(Out.dtype.element_ty),
+             mask=row_ok[:, None] & (offs_dv[None, :] < HEAD_DV))
+    tl.store(Lse + b * stride_lb + h * stride_lh + q_start + offs_m, lse, mask=row_ok)

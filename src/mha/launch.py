@@ -1,0 +1,266 @@
+"""Kernel specifications and launches: the one place that turns a problem into kernel launches.
+
+Contract with ahead-of-time compilation (the checksums job): `kernel_specs(problem, arch)` gives,
+per kernel, the @triton.jit function, its signature (argument order as in the kernel, stable),
+constexprs, num_warps and num_stages. The runtime launches below are built from the very same
+specs, so an AOT compile of a spec and the JIT compile of a launch see the same kernel.
+
+Runtime argument specializations (what Triton's JIT adds on top of the spec, to mirror in AOT):
+- Pointer arguments: 16-byte aligned (torch allocations and views at offsets that are
+  multiples of 16 bytes) -> `tt.divisibility = 16`. `aligned_specialization()` lists them.
+- Integer arguments not named in the kernel's `do_not_specialize` (the strides only):
+  divisible by 16 -> `tt.divisibility = 16`; equal to 1 -> specialized to the constant 1.
+  For the canonical inputs (contiguous tensors, head dims that are multiples of 16) every
+  stride is divisible by 16 except stride_lh (= seqlen_q, or total_q for varlen) and the
+  varlen batch strides, which are 0 (divisible). `aligned_specialization()` says which.
+- Sequence lengths, head counts, group size, window bounds and RNG arguments are in
+  `do_not_specialize`: their values never change the generated code.
+- Float arguments (qk_scale, sm_scale, dropout_p) are never specialized.
+
+Index math: all in-tensor offsets are int32; mha.validation raises IndexOverflowError before a
+launch whose offsets would not fit (rather than switching to int64 offsets).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import triton
+
+from . import config as config_mod
+from .kernels import backward as bwd_kernels
+from .kernels.backward import attn_bwd_dkdv, attn_bwd_dq, attn_bwd_preprocess
+from .kernels.forward import FWD_DO_NOT_SPECIALIZE, attn_fwd
+
+DO_NOT_SPECIALIZE = {"fwd": FWD_DO_NOT_SPECIALIZE, "bwd_preprocess": bwd_kernels.PREPROCESS_DO_NOT_SPECIALIZE,
+                     "bwd_dkdv": bwd_kernels.DKDV_DO_NOT_SPECIALIZE, "bwd_dq": bwd_kernels.DQ_DO_NOT_SPECIALIZE}
+
+LOG2E = 1.4426950408889634
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Everything that changes generated code (window *values* and lengths do not; whether each
+    window side is bounded does)."""
+    dtype: str  # "fp16" | "bf16" | "fp32"
+    dqk: int
+    dv: int
+    causal: bool = False
+    window: tuple[int, int] = (-1, -1)
+    has_sink: bool = False
+    dropout: bool = False
+    varlen: bool = False
+
+    @property
+    def bound_left(self) -> bool:
+        return self.window[0] >= 0
+
+    @property
+    def bound_right(self) -> bool:
+        # flash-attn semantics: causal is a window whose right side is 0.
+        return self.causal or self.window[1] >= 0
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    fn: object
+    signature: dict = field(hash=False)
+    constexprs: dict = field(hash=False)
+    num_warps: int
+    num_stages: int
+    bucket: str
+    pass_: str
+
+
+def _block_dim(d: int) -> int:
+    # tl.dot needs at least 16 along K; the padding is masked, inputs are never copied.
+    return max(16, triton.next_power_of_2(d))
+
+
+def _strides(*names: str) -> list[tuple[str, str]]:
+    return [(n, "i32") for n in names]
+
+
+def _fwd_signature(ptr: str) -> dict:
+    args = [("Q", ptr), ("K", ptr), ("V", ptr), ("Sink", "*fp32"), ("Out", ptr), ("Lse", "*fp32"),
+            ("CuSeqlensQ", "*i32"), ("CuSeqlensK", "*i32")]
+    args += _strides("stride_qb", "stride_qs", "stride_qh", "stride_kb", "stride_ks", "stride_kh",
+                     "stride_vb", "stride_vs", "stride_vh", "stride_ob", "stride_os", "stride_oh",
+                     "stride_lb", "stride_lh",
+                     "seqlen_q", "seqlen_k", "num_heads_q", "group_size", "window_left", "window_right")
+    args += [("qk_scale", "fp32"), ("dropout_p", "fp32"), ("rng_seed", "i32"), ("rng_offset", "i32"),
+             ("rng_stride", "i32")]
+    return dict(args)
+
+
+def _preprocess_signature(ptr: str) -> dict:
+    args = [("Out", ptr), ("DOut", ptr), ("Delta", "*fp32"), ("CuSeqlensQ", "*i32")]
+    args += _strides("stride_ob", "stride_os", "stride_oh", "stride_dob", "stride_dos", "stride_doh",
+                     "stride_lb", "stride_lh", "seqlen_q", "num_heads_q")
+    return dict(args)
+
+
+def _bwd_signature(ptr: str, kind: str) -> dict:
+    if kind == "dkdv":
+        args = [("Q", ptr), ("K", ptr), ("V", ptr), ("DOut", ptr), ("Lse", "*fp32"), ("Delta", "*fp32"),
+                ("DK", ptr), ("DV", ptr)]
+        grads = ("stride_dkb", "stride_dks", "stride_dkh", "stride_dvb", "stride_dvs", "stride_dvh")
+        heads = "num_heads_k"
+    else:
+        args = [("Q", ptr), ("K", ptr), ("V", ptr), ("DOut", ptr), ("Lse", "*fp32"), ("Delta", "*fp32"),
+                ("DQ", ptr)]
+        grads = ("stride_dqb", "stride_dqs", "stride_dqh")
+        heads = "num_heads_q"
+    args += [("CuSeqlensQ", "*i32"), ("CuSeqlensK", "*i32")]
+    args += _strides("stride_qb", "stride_qs", "stride_qh", "stride_kb", "stride_ks", "stride_kh",
+                     "stride_vb", "stride_vs", "stride_vh", "stride_dob", "stride_dos", "stride_doh",
+                     *grads, "stride_lb", "stride_lh",
+                     "seqlen_q", "seqlen_k", heads, "group_size", "window_left", "window_right")
+    args += [("qk_scale", "fp32"), ("sm_scale", "fp32"), ("dropout_p", "fp32"), ("rng_seed", "i32"),
+             ("rng_offset", "i32"), ("rng_stride", "i32")]
+    return dict(args)
+
+
+def _ordered(fn, signature: dict, constexprs: dict) -> dict:
+    """Signature in the kernel's own argument order, constexprs marked "constexpr"."""
+    names = list(fn.arg_names)
+    assert set(names) == set(signature) | set(constexprs), (fn.__name__, set(names) ^ (set(signature) | set(constexprs)))
+    return {n: "constexpr" if n in constexprs else signature[n] for n in names}
+
+
+def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dict[str, KernelSpec]:
+    """Specs of the kernels of `problem` on `arch`: "fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq"."""
+    ptr = "*" + problem.dtype
+    drop_p = 0.5 if problem.dropout else 0.0  # only its being > 0 matters to the bucket rule
+    common = dict(
+        HEAD_DQK=problem.dqk, HEAD_DV=problem.dv,
+        BLOCK_DQK=_block_dim(problem.dqk), BLOCK_DV=_block_dim(problem.dv),
+        IS_VARLEN=problem.varlen, BOUND_LEFT=problem.bound_left, BOUND_RIGHT=problem.bound_right,
+    )
+    # fp32 inputs use full-precision dots (Hopper would otherwise round operands to tf32).
+    precision = "ieee" if problem.dtype == "fp32" else "tf32"
+    specs = {}
+    bucket, cfg = config_mod.resolve("forward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config)
+    constexprs = dict(common, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], HAS_SINK=problem.has_sink,
+                      HAS_DROPOUT=problem.dropout, DOT_PRECISION=precision)
+    specs["fwd"] = KernelSpec("fwd", attn_fwd, _ordered(attn_fwd, _fwd_signature(ptr), constexprs), constexprs,
+                              cfg["num_warps"], cfg["num_stages"], bucket, "forward")
+
+    bucket, cfg = config_mod.resolve("backward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config)
+    pre = dict(HEAD_DV=problem.dv, BLOCK_DV=_block_dim(problem.dv), BLOCK_M=cfg["BLOCK_M2"],
+               IS_VARLEN=problem.varlen)
+    # The preprocess kernel has no loop to pipeline: one stage.
+    specs["bwd_preprocess"] = KernelSpec("bwd_preprocess", attn_bwd_preprocess,
+                                         _ordered(attn_bwd_preprocess, _preprocess_signature(ptr), pre), pre,
+                                         cfg["num_warps"], 1, bucket, "backward")
+    for name, fn, bm, bn, kind in (("bwd_dkdv", attn_bwd_dkdv, "BLOCK_M1", "BLOCK_N1", "dkdv"),
+                                   ("bwd_dq", attn_bwd_dq, "BLOCK_M2", "BLOCK_N2", "dq")):
+        constexprs = dict(common, BLOCK_M=cfg[bm], BLOCK_N=cfg[bn], HAS_DROPOUT=problem.dropout,
+                          DOT_PRECISION=precision)
+        specs[name] = KernelSpec(name, fn, _ordered(fn, _bwd_signature(ptr, kind), constexprs), constexprs,
+                                 cfg["num_warps"], cfg["num_stages"], bucket, "backward")
+    return specs
+
+
+def aligned_specialization(spec: KernelSpec) -> dict[str, str]:
+    """Runtime specialization of each non-constexpr argument for canonical aligned inputs.
+
+    "aligned16" for pointers and strides (tt.divisibility=16), "none" for arguments the JIT does
+    not specialize (do_not_specialize, floats) and for stride_lh (seqlen-valued, any value).
+    """
+    dont = set(DO_NOT_SPECIALIZE[spec.name])
+    out = {}
+    for name, ty in spec.signature.items():
+        if ty == "constexpr":
+            continue
+        if ty.startswith("*"):
+            out[name] = "aligned16"
+        elif ty == "fp32" or name in dont or name == "stride_lh":
+            out[name] = "none"
+        else:
+            out[name] = "aligned16"
+    return out
+
+
+def _launch(spec: KernelSpec, grid: tuple, args: list) -> None:
+    if any(g == 0 for g in grid):
+        return
+    params = [n for n, t in spec.signature.items() if t != "constexpr"]
+    assert len(params) == len(args), (spec.name, len(params), len(args))
+    spec.fn[grid](*args, **spec.constexprs, num_warps=spec.num_warps, num_stages=spec.num_stages)
+
+
+@dataclass
+class Geometry:
+    """Batch/length/head numbers and the strides the kernels need (batch stride 0 for varlen)."""
+    batch: int
+    seqlen_q: int  # dense length, or the longest sequence for varlen
+    seqlen_k: int
+    heads_q: int
+    heads_k: int
+    varlen: bool
+
+    def bsh(self, t: torch.Tensor) -> tuple[int, int, int]:
+        if self.varlen:
+            return 0, t.stride(0), t.stride(1)
+        return t.stride(0), t.stride(1), t.stride(2)
+
+    def lse_strides(self, lse: torch.Tensor) -> tuple[int, int]:
+        if self.varlen:
+            return 0, lse.stride(0)
+        return lse.stride(0), lse.stride(1)
+
+
+def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_scale: float,
+            window: tuple[int, int], dropout_p: float, rng: tuple[int, int]):
+    if geo.varlen:
+        out = torch.empty((q.shape[0], geo.heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
+        lse = torch.empty((geo.heads_q, q.shape[0]), dtype=torch.float32, device=q.device)
+    else:
+        out = torch.empty((geo.batch, geo.seqlen_q, geo.heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
+        lse = torch.empty((geo.batch, geo.heads_q, geo.seqlen_q), dtype=torch.float32, device=q.device)
+    dummy_i32 = cu_q if cu_q is not None else torch.empty(1, dtype=torch.int32, device=q.device)
+    args = [q, k, v, sink if sink is not None else lse, out, lse,
+            dummy_i32, cu_k if cu_k is not None else dummy_i32,
+            *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(out), *geo.lse_strides(lse),
+            geo.seqlen_q, geo.seqlen_k, geo.heads_q, geo.heads_q // geo.heads_k, window[0], window[1],
+            softmax_scale * LOG2E, dropout_p, rng[0], rng[1], geo.seqlen_k]
+    grid = (geo.batch * geo.heads_q, triton.cdiv(geo.seqlen_q, spec.constexprs["BLOCK_M"]))
+    _launch(spec, grid, args)
+    return out, lse
+
+
+def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, softmax_scale: float,
+             window: tuple[int, int], dropout_p: float, rng: tuple[int, int]):
+    """Returns (dq, dk, dv, delta); delta = rowsum(dO * O) in the lse layout."""
+    delta = torch.empty_like(lse)
+    dummy_i32 = cu_q if cu_q is not None else torch.empty(1, dtype=torch.int32, device=q.device)
+    cu_k = cu_k if cu_k is not None else dummy_i32
+    lse_strides = geo.lse_strides(lse)
+    pre = specs["bwd_preprocess"]
+    _launch(pre, (geo.batch * geo.heads_q, triton.cdiv(geo.seqlen_q, pre.constexprs["BLOCK_M"])),
+            [out, dout, delta, dummy_i32, *geo.bsh(out), *geo.bsh(dout), *lse_strides,
+             geo.seqlen_q, geo.heads_q])
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    group = geo.heads_q // geo.heads_k
+    tail = [window[0], window[1], softmax_scale * LOG2E, softmax_scale, dropout_p, rng[0], rng[1], geo.seqlen_k]
+    spec = specs["bwd_dkdv"]
+    if geo.seqlen_k > 0:
+        _launch(spec, (geo.batch * geo.heads_k, triton.cdiv(geo.seqlen_k, spec.constexprs["BLOCK_N"])),
+                [q, k, v, dout, lse, delta, dk, dv, dummy_i32, cu_k,
+                 *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dk), *geo.bsh(dv),
+                 *lse_strides, geo.seqlen_q, geo.seqlen_k, geo.heads_k, group, *tail])
+    spec = specs["bwd_dq"]
+    _launch(spec, (geo.batch * geo.heads_q, triton.cdiv(geo.seqlen_q, spec.constexprs["BLOCK_M"])),
+            [q, k, v, dout, lse, delta, dq, dummy_i32, cu_k,
+             *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dq),
+             *lse_strides, geo.seqlen_q, geo.seqlen_k, geo.heads_q, group, *tail])
+    return dq, dk, dv, delta
+
+
+def default_scale(dqk: int) -> float:
+    return 1.0 / math.sqrt(dqk)

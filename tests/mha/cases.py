@@ -1,0 +1,102 @@
+"""One attention case run end to end: kernel vs float64 reference (and low-precision reference)."""
+from dataclasses import dataclass
+
+import torch
+
+import mha
+from mha import reference
+from checks import assert_close
+
+
+@dataclass(frozen=True)
+class Case:
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads_q: int
+    heads_k: int
+    dqk: int
+    dv: int
+    causal: bool = False
+    window: tuple = (-1, -1)
+    sink: bool = False
+    dropout_p: float = 0.0
+
+
+def _leaf(t):
+    return t.detach().clone().requires_grad_(True)
+
+
+def run_dense(case: Case, dtype, device, backward=True, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(case.batch, case.seqlen_q, case.heads_q, case.dqk, generator=gen).to(device, dtype)
+    k = torch.randn(case.batch, case.seqlen_k, case.heads_k, case.dqk, generator=gen).to(device, dtype)
+    v = torch.randn(case.batch, case.seqlen_k, case.heads_k, case.dv, generator=gen).to(device, dtype)
+    sink = torch.randn(case.heads_q, generator=gen).to(device) if case.sink else None
+    do = torch.randn(case.batch, case.seqlen_q, case.heads_q, case.dv, generator=gen).to(device, dtype)
+    keep = None
+    if case.dropout_p > 0:
+        torch.manual_seed(seed)
+        rng_seed, rng_offset = mha.draw_seed()
+        torch.manual_seed(seed)
+        keep = mha.dropout_mask(case.batch, case.heads_q, case.seqlen_q, case.seqlen_k, case.dropout_p,
+                                rng_seed, rng_offset, device=device)
+    inputs = [_leaf(q), _leaf(k), _leaf(v)] + ([_leaf(sink)] if case.sink else [])
+    out, lse = mha.flash_attn_func(*inputs[:3], dropout_p=case.dropout_p, causal=case.causal,
+                                   window_size=case.window, sink=inputs[3] if case.sink else None,
+                                   return_lse=True)
+    kw = dict(causal=case.causal, window=case.window, dropout_p=case.dropout_p, keep_mask=keep)
+    refs = {}
+    for name, cdt in (("ref", torch.float64), ("lowp", dtype)):
+        leaves = [_leaf(t) for t in ([q, k, v] + ([sink] if case.sink else []))]
+        o, l = reference.attention(*leaves[:3], sink=leaves[3] if case.sink else None, compute_dtype=cdt, **kw)
+        grads = torch.autograd.grad(o, leaves, do.to(cdt)) if backward else None
+        refs[name] = (o, l, grads)
+    assert out.shape == (case.batch, case.seqlen_q, case.heads_q, case.dv) and out.dtype == dtype
+    assert lse.shape == (case.batch, case.heads_q, case.seqlen_q) and lse.dtype == torch.float32
+    assert_close("out", out, refs["ref"][0], refs["lowp"][0], dtype)
+    assert_close("lse", lse, refs["ref"][1], refs["lowp"][1].float(), torch.float32 if dtype == torch.float32 else dtype)
+    if backward:
+        grads = torch.autograd.grad(out, inputs, do)
+        for name, g, r, lp in zip(("dq", "dk", "dv", "dsink"), grads, refs["ref"][2], refs["lowp"][2]):
+            assert g.shape == r.shape and g.dtype == inputs[["dq", "dk", "dv", "dsink"].index(name)].dtype
+            assert_close(name, g, r, lp, dtype)
+
+
+def run_varlen(lens_q, lens_k, heads_q, heads_k, dqk, dv, dtype, device, causal=False, window=(-1, -1),
+               sink=False, dropout_p=0.0, backward=True, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32, device=device)
+    cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32, device=device)
+    tq, tk = sum(lens_q), sum(lens_k)
+    q = torch.randn(tq, heads_q, dqk, generator=gen).to(device, dtype)
+    k = torch.randn(tk, heads_k, dqk, generator=gen).to(device, dtype)
+    v = torch.randn(tk, heads_k, dv, generator=gen).to(device, dtype)
+    s = torch.randn(heads_q, generator=gen).to(device) if sink else None
+    do = torch.randn(tq, heads_q, dv, generator=gen).to(device, dtype)
+    keep = None
+    if dropout_p > 0:
+        torch.manual_seed(seed)
+        rng_seed, rng_offset = mha.draw_seed()
+        torch.manual_seed(seed)
+        keep = mha.dropout_mask(len(lens_q), heads_q, max(lens_q), max(lens_k), dropout_p, rng_seed, rng_offset,
+                                device=device)
+    inputs = [_leaf(q), _leaf(k), _leaf(v)] + ([_leaf(s)] if sink else [])
+    out, lse = mha.flash_attn_varlen_func(*inputs[:3], cu_q, cu_k, max(lens_q), max(lens_k), dropout_p=dropout_p,
+                                          causal=causal, window_size=window,
+                                          sink=inputs[3] if sink else None, return_lse=True)
+    assert lse.shape == (heads_q, tq)
+    refs = {}
+    for name, cdt in (("ref", torch.float64), ("lowp", dtype)):
+        leaves = [_leaf(t) for t in ([q, k, v] + ([s] if sink else []))]
+        o, l = reference.varlen_attention(*leaves[:3], cu_q, cu_k, sink=leaves[3] if sink else None,
+                                          causal=causal, window=window, dropout_p=dropout_p, keep_mask=keep,
+                                          compute_dtype=cdt)
+        grads = torch.autograd.grad(o, leaves, do.to(cdt)) if backward else None
+        refs[name] = (o, l, grads)
+    assert_close("out", out, refs["ref"][0], refs["lowp"][0], dtype)
+    assert_close("lse", lse, refs["ref"][1], refs["lowp"][1].float(), torch.float32 if dtype == torch.float32 else dtype)
+    if backward:
+        grads = torch.autograd.grad(out, inputs, do)
+        for name, g, r, lp in zip(("dq", "dk", "dv", "dsink"), grads, refs["ref"][2], refs["lowp"][2]):
+            assert_close(name, g, r, lp, dtype)

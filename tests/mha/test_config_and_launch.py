@@ -1,0 +1,125 @@
+"""Config files, the bucket rule, arch detection and the kernel-spec contract."""
+import json
+
+import pytest
+import torch
+
+import mha
+from mha import config, launch
+from mha.arch import KNOWN_ARCHS
+
+
+@pytest.mark.parametrize("arch", KNOWN_ARCHS)
+def test_every_arch_file_loads_with_all_buckets(arch):
+    data = config.load_arch_configs(arch)
+    for pass_ in config.PASSES:
+        assert set(config.BUCKETS) <= set(data[pass_])
+
+
+def test_config_loaded_once():
+    config.load_arch_configs.cache_clear()
+    config.load_arch_configs("sm90")
+    config.load_arch_configs("sm90")
+    info = config.load_arch_configs.cache_info()
+    assert info.misses == 1 and info.hits == 1
+
+
+def test_unknown_arch_names_file_and_known_archs():
+    with pytest.raises(config.ConfigFileError) as e:
+        config.load_arch_configs("sm80")
+    msg = str(e.value)
+    assert "sm80-MHA-DEFAULT.json" in msg and all(a in msg for a in KNOWN_ARCHS)
+
+
+@pytest.mark.parametrize("dqk,dv,dtype,p,bucket", [
+    (128, 128, "bf16", 0.0, "default"),
+    (64, 64, "fp16", 0.0, "small_head"),
+    (32, 32, "bf16", 0.0, "small_head"),
+    (16, 16, "fp16", 0.0, "default"),   # the small_head gate is 16 < Dv
+    (80, 80, "fp16", 0.0, "default"),
+    (192, 128, "bf16", 0.0, "pe"),
+    (128, 128, "fp32", 0.0, "dropout_or_fp32"),
+    (192, 128, "bf16", 0.1, "dropout_or_fp32"),
+])
+def test_select_bucket(dqk, dv, dtype, p, bucket):
+    for pass_ in config.PASSES:
+        assert config.select_bucket(pass_, dqk, dv, dtype, p) == bucket
+
+
+def test_guard_clamps_stages_for_tiny_head_dims():
+    _, cfg = config.resolve("forward", "sm90", 16, 16, "fp16", 0.0)
+    assert cfg["num_stages"] <= 2
+    _, cfg = config.resolve("forward", "sm90", 128, 128, "fp16", 0.0)
+    assert cfg["num_stages"] == json.loads(config.config_path("sm90").read_text())["forward"]["default"]["num_stages"]
+
+
+def test_override_rejects_unknown_keys():
+    with pytest.raises(config.ConfigFileError, match="BLOK_M"):
+        config.resolve("forward", "sm90", 64, 64, "fp16", 0.0, {"BLOK_M": 64})
+
+
+@pytest.mark.parametrize("props,is_hip,expected", [
+    (dict(major=9, minor=0, gcnArchName="NVIDIA H200"), False, "sm90"),
+    (dict(major=8, minor=0, gcnArchName="NVIDIA A100"), False, "sm80"),
+    (dict(major=9, minor=4, gcnArchName="gfx942:sramecc+:xnack-"), True, "gfx942"),
+    (dict(major=9, minor=5, gcnArchName="gfx950:sramecc+:xnack-"), True, "gfx950"),
+], ids=["h200", "a100", "mi300x", "mi355x"])
+def test_arch_from_device_properties(props, is_hip, expected):
+    from types import SimpleNamespace
+
+    assert mha.arch.arch_from_properties(SimpleNamespace(**props), is_hip) == expected
+
+
+def test_arch_detection_interpreter_on_cpu():
+    assert mha.arch.current_arch(torch.device("cpu")) == "interpreter"
+
+
+PROBLEMS = [launch.Problem("fp16", 64, 64), launch.Problem("bf16", 192, 128, causal=True, has_sink=True),
+            launch.Problem("fp32", 40, 40, window=(8, -1), dropout=True, varlen=True)]
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=["plain", "pe_causal_sink", "fp32_window_dropout_varlen"])
+@pytest.mark.parametrize("arch", KNOWN_ARCHS)
+def test_kernel_specs_match_kernel_signatures(problem, arch):
+    specs = launch.kernel_specs(problem, arch)
+    assert set(specs) == {"fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq"}
+    for name, spec in specs.items():
+        assert spec.name == name
+        # Argument order of the signature is the kernel's own order, constexprs included.
+        assert list(spec.signature) == list(spec.fn.arg_names)
+        assert {n for n, t in spec.signature.items() if t == "constexpr"} == set(spec.constexprs)
+        for n, t in spec.signature.items():
+            assert t in {"*fp16", "*bf16", "*fp32", "*i32", "i32", "i64", "fp32", "constexpr"}
+        assert spec.pass_ == ("forward" if name == "fwd" else "backward")
+        assert "stride_qd" not in spec.signature  # last-dim strides are never passed
+    assert specs["fwd"].signature["Q"] == "*" + problem.dtype
+    assert specs["fwd"].constexprs["BOUND_RIGHT"] == (problem.causal or problem.window[1] >= 0)
+    assert specs["fwd"].constexprs["IS_VARLEN"] == problem.varlen
+
+
+def test_runtime_launch_uses_kernel_specs(monkeypatch, device):
+    """The launcher runs exactly the specs kernel_specs returns (same constexprs, warps, stages)."""
+    seen = []
+    real = launch._launch
+
+    def spy(spec, grid, args):
+        seen.append(spec)
+        return real(spec, grid, args)
+
+    monkeypatch.setattr(launch, "_launch", spy)
+    q = torch.randn(1, 20, 2, 32, device=device, dtype=torch.float16, requires_grad=True)
+    out = mha.flash_attn_func(q, q, q, causal=True)
+    out.sum().backward()
+    expected = launch.kernel_specs(launch.Problem("fp16", 32, 32, causal=True), mha.arch.current_arch(q.device))
+    assert [s.name for s in seen] == ["fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq"]
+    for s in seen:
+        e = expected[s.name]
+        assert (s.constexprs, s.num_warps, s.num_stages, s.signature) == (e.constexprs, e.num_warps, e.num_stages, e.signature)
+
+
+def test_aligned_specialization_lists_every_runtime_argument():
+    spec = launch.kernel_specs(PROBLEMS[0], "sm90")["fwd"]
+    spec_map = launch.aligned_specialization(spec)
+    assert spec_map["Q"] == "aligned16" and spec_map["stride_qs"] == "aligned16"
+    assert spec_map["seqlen_q"] == "none" and spec_map["qk_scale"] == "none"
+    assert set(spec_map) == {n for n, t in spec.signature.items() if t != "constexpr"}
