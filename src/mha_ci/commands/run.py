@@ -1,11 +1,115 @@
-"""mha-ci run (placeholder until its owner lands it)."""
-from mha_ci.errors import ConfigError
+"""mha-ci run: validate, plan, pick the jobs, run them through an executor, report.
+
+    mha-ci run [--job ID ...] [--executor venv|docker|host] [--out DIR]
+               [--labels a,b] [--changed-files FILE] [--github-event FILE] [--event KIND]
+
+Without --job, the event's plan runs (the same event options as `mha-ci plan`). With --job,
+exactly the named jobs run, planned for this event or not (any job of the full matrix); an id
+that does not exist is a usage error (exit 2) naming the closest one.
+
+A job whose arch needs a device this machine does not have is never dropped silently: it is
+listed as "not run: needs a <arch> device" in the output and in summary.md/results.json. It
+fails the run (exit 3) only when it was asked for by name with --job.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from mha_ci.errors import ConfigError, EnvironmentProblem
+from mha_ci.executors.devices import available_devices
+from mha_ci.jobs.runner import NotRun, run_jobs
+from mha_ci.model.types import PlannedJob
+from mha_ci.model.yaml_source import closest
+
+EXECUTORS = ("venv", "docker", "host")
+DEVICE_WORDS = {"amd-gpu": "AMD GPU (/dev/kfd)", "nvidia-gpu": "NVIDIA GPU (/dev/nvidia0 or nvidia-smi)"}
 
 
-def register(sub):
-    p = sub.add_parser("run", help="(not yet implemented)")
-    p.set_defaults(handler=_handler)
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run the planned jobs (or the ones named with --job)",
+                       description="Run the jobs the event plans (or exactly those named with --job) and write "
+                                   "summary.md, results.json and junit/ to the output folder.")
+    p.add_argument("--job", dest="jobs", action="append", metavar="ID", help="run this job (repeatable)")
+    p.add_argument("--executor", choices=EXECUTORS, default="venv", help="where payloads run (default: venv)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: <root>/out)")
+    p.add_argument("--labels", help="comma-separated pull-request labels")
+    p.add_argument("--changed-files", type=Path, help="file listing changed paths, one a line")
+    p.add_argument("--github-event", type=Path, help="GitHub event payload JSON ($GITHUB_EVENT_PATH)")
+    p.add_argument("--event", help="event kind: pull_request | push | schedule | manual")
+    p.set_defaults(handler=handle)
 
 
-def _handler(args):
-    raise ConfigError("mha-ci run is not implemented yet")
+def handle(args) -> int:
+    from mha_ci.model.loader import load_pipeline
+    from mha_ci.plan.events import build_event
+    from mha_ci.plan.policy import plan
+
+    pipeline = load_pipeline(args.root)
+    event = build_event(kind=args.event, github_event=args.github_event, changed_files=args.changed_files,
+                        labels=args.labels)
+    the_plan = plan(pipeline, event)
+    jobs = select_jobs(pipeline, the_plan, args.jobs)
+    runnable, not_run = split_by_device(pipeline, jobs, available_devices(), requested=bool(args.jobs))
+    out_dir = (args.out if args.out is not None else args.root / "out").resolve()
+    for entry in not_run:
+        print(f"mha-ci: {entry.id}: not run: {entry.reason}", file=sys.stderr)
+    executor = make_executor(args.executor, args.root)
+    skipped = [] if args.jobs else list(the_plan.skipped)
+    report = run_jobs(runnable, pipeline, executor, out_dir, not_run=not_run, skipped=skipped)
+    print(f"mha-ci: {len(report.results)} job(s) ran, {len(not_run)} not run; "
+          f"summary: {out_dir / 'summary.md'}; exit {report.exit_code}", file=sys.stderr)
+    return report.exit_code
+
+
+def select_jobs(pipeline, the_plan, requested: list[str] | None) -> list[PlannedJob]:
+    if not requested:
+        return list(the_plan.jobs)
+    from mha_ci.plan.matrix import runnable_jobs
+
+    planned = {p.job.id: p for p in the_plan.jobs}
+    why_not = {s.id: s.reason for s in the_plan.skipped}
+    every = {job.id: job for job in runnable_jobs(pipeline)}
+    chosen: dict[str, PlannedJob] = {}
+    for job_id in requested:
+        if job_id in planned:
+            chosen[job_id] = PlannedJob(planned[job_id].job, f"requested with --job; planned: {planned[job_id].reason}")
+        elif job_id in every:
+            note = f" (the plan skips it: {why_not[job_id]})" if job_id in why_not else ""
+            chosen[job_id] = PlannedJob(every[job_id], f"requested with --job{note}")
+        else:
+            unavailable = why_not.get(job_id)
+            if unavailable:
+                raise ConfigError(f"job '{job_id}' never runs: {unavailable}", key="--job")
+            raise ConfigError(f"unknown job '{job_id}' (`mha-ci plan` lists the planned ones)", key="--job",
+                              suggestion=closest(job_id, [*planned, *every]))
+    return list(chosen.values())
+
+
+def split_by_device(pipeline, jobs: list[PlannedJob], devices: frozenset[str], *,
+                    requested: bool) -> tuple[list[PlannedJob], list[NotRun]]:
+    runnable, not_run = [], []
+    for planned in jobs:
+        arch = pipeline.archs[planned.job.arch]
+        if arch.device in devices:
+            runnable.append(planned)
+        else:
+            what = DEVICE_WORDS.get(arch.device, arch.device)
+            not_run.append(NotRun(planned.job.id, f"needs a {arch.name} device (no {what} on this machine)",
+                                  requested=requested))
+    return runnable, not_run
+
+
+def make_executor(name: str, root: Path):
+    if name == "venv":
+        from mha_ci.executors.venv import VenvExecutor
+        return VenvExecutor(root)
+    if name == "host":
+        from mha_ci.executors.host import HostExecutor
+        return HostExecutor(root)
+    try:
+        module = importlib.import_module("mha_ci.executors.docker")   # needs the docker SDK: lazily
+    except ImportError as exc:
+        raise EnvironmentProblem(f"the docker executor cannot be loaded: {exc}") from None
+    return module.DockerExecutor(root)

@@ -1,0 +1,142 @@
+"""The default executor: one virtual environment per toolchain, built from its lock file.
+
+Environments live under <cache>/venvs/<toolchain>-<sha256(lock)[:12]>, where <cache> is
+$MHA_CI_CACHE or <root>/.cache/mha-ci. The name changes whenever the lock file does, so an
+environment is reused exactly while the pins that made it are unchanged.
+
+Building is atomic: the environment is made in a temporary sibling folder and renamed into
+place only after `pip install` succeeded and a completion marker was written; a folder without
+the marker (a build killed halfway) is never used. A file lock per environment keeps two
+concurrent runs from building the same one twice. The environment is always entered as
+`<env>/bin/python -m ...`, never through bin/ scripts, whose shebang lines still name the
+temporary folder.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TextIO
+
+from mha_ci.errors import EnvironmentProblem
+from mha_ci.executors.base import Executor, PayloadResult, PayloadRun
+from mha_ci.executors.local_process import run_python_payload
+from mha_ci.model.types import Toolchain
+
+MARKER = "mha-ci-env.json"     # written last; its presence means "complete"
+
+
+def cache_root(root: Path) -> Path:
+    override = os.environ.get("MHA_CI_CACHE")
+    return Path(override).resolve() if override else root / ".cache" / "mha-ci"
+
+
+def lock_digest(lock: Path) -> str:
+    return hashlib.sha256(lock.read_bytes()).hexdigest()
+
+
+class VenvExecutor(Executor):
+    name = "venv"
+
+    def __init__(self, root: Path, *, cache: Path | None = None, base_python: str | None = None,
+                 stream: TextIO | None = None) -> None:
+        self.root = Path(root).resolve()
+        self.venvs = (cache or cache_root(self.root)) / "venvs"
+        # The interpreter the environments are made from; the lock files are resolved for 3.11.
+        self.base_python = base_python or os.environ.get("MHA_CI_BASE_PYTHON") or sys.executable
+        self.stream = stream or sys.stderr
+
+    # ----------------------------------------------------------------- environments
+    def env_path(self, toolchain: Toolchain) -> Path:
+        return self.venvs / f"{toolchain.name}-{lock_digest(toolchain.lock)[:12]}"
+
+    def ensure_env(self, toolchain: Toolchain) -> Path:
+        """The toolchain's environment, built first if it does not exist yet."""
+        if not toolchain.lock.is_file():
+            raise EnvironmentProblem(f"toolchain {toolchain.name}: lock file {toolchain.lock} does not exist")
+        target = self.env_path(toolchain)
+        if self._complete(target):
+            return target
+        self.venvs.mkdir(parents=True, exist_ok=True)
+        with open(self.venvs / f".{target.name}.lock", "w") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)   # released when the file closes
+            if self._complete(target):              # another run built it while we waited
+                return target
+            if target.exists():                      # left behind by a build that died after rename
+                shutil.rmtree(target)
+            self._build(toolchain, target)
+        return target
+
+    def _complete(self, target: Path) -> bool:
+        marker = target / MARKER
+        if not marker.is_file() or not (target / "bin" / "python").exists():
+            return False
+        try:
+            return json.loads(marker.read_text()).get("base_python_version") == self._base_version()
+        except (OSError, ValueError):
+            return False
+
+    def _base_version(self) -> str:
+        if not hasattr(self, "_base_version_cache"):
+            out = subprocess.run([self.base_python, "-c", "import sys; print(sys.version.split()[0])"],
+                                 capture_output=True, text=True)
+            if out.returncode != 0:
+                raise EnvironmentProblem(f"cannot run base python {self.base_python}: {out.stderr.strip()}")
+            self._base_version_cache = out.stdout.strip()
+        return self._base_version_cache
+
+    def _build(self, toolchain: Toolchain, target: Path) -> None:
+        shown_lock = _relative(toolchain.lock, self.root)
+        self.stream.write(f"creating venv for {toolchain.name} from {shown_lock} ...\n")
+        self.stream.flush()
+        started = time.monotonic()
+        temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=self.venvs))
+        log_path = self.venvs / f"{target.name}.install.log"
+        try:
+            with open(log_path, "w") as log:
+                self._step([self.base_python, "-m", "venv", str(temp)], log, log_path, toolchain)
+                # pip finds torch's CPU wheel through its configured find-links (/opt/wheels here),
+                # so the caller's pip configuration stays in the environment of this step.
+                self._step([str(temp / "bin" / "python"), "-m", "pip", "install", "--no-input",
+                            "--require-hashes", "--no-deps", "-r", str(toolchain.lock)], log, log_path, toolchain)
+            (temp / MARKER).write_text(json.dumps({
+                "toolchain": toolchain.name, "lock": str(toolchain.lock), "lock_sha256": lock_digest(toolchain.lock),
+                "base_python": self.base_python, "base_python_version": self._base_version(),
+                "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }, indent=2) + "\n")
+            os.rename(temp, target)
+        except BaseException:
+            shutil.rmtree(temp, ignore_errors=True)
+            raise
+        self.stream.write(f"creating venv for {toolchain.name}: done in {time.monotonic() - started:.0f} s ({target})\n")
+        self.stream.flush()
+
+    def _step(self, cmd: list[str], log: TextIO, log_path: Path, toolchain: Toolchain) -> None:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            log.flush()
+            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+            raise EnvironmentProblem(f"creating the venv for toolchain {toolchain.name} failed at "
+                                     f"`{' '.join(cmd[:4])} ...` (exit {proc.returncode}); full log: {log_path}\n{tail}")
+
+    # ----------------------------------------------------------------- running
+    def run(self, payload: PayloadRun) -> PayloadResult:
+        env = self.ensure_env(payload.toolchain)
+        return run_python_payload(str(env / "bin" / "python"), payload, self.root, executor=self.name,
+                                  stream=self.stream, provenance={"venv": str(env)})
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,1 @@
+"""The correctness job: the kernel tests of tests/mha, sharded, in a pinned toolchain."""

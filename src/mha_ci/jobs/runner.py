@@ -1,0 +1,229 @@
+"""Run a list of planned jobs: dispatch each to its kind, collect verdicts, write the reports.
+
+Registry contract (for job kinds other than correctness)
+-------------------------------------------------------
+A job kind is a function
+
+    run_job(job: model.types.Job, pipeline: model.pipeline.Pipeline,
+            executor: executors.base.Executor, out_dir: pathlib.Path) -> jobs.JobResult
+
+- `out_dir` is the run's output folder (`mha-ci run --out`). Write your files under
+  `out_dir / "jobs" / job.id` (and shared folders such as `junit/` where a format wants
+  them); list them, relative to out_dir, in JobResult.artifacts.
+- Run toolchain code only through `executor.run(PayloadRun(...))` with `out_dir=out_dir`, and
+  give payload file arguments relative to it ($MHA_CI_OUT inside the payload, see
+  mha_ci.payloads), so the job behaves the same under venv, docker and host.
+- Return verdict "pass" (exit_code 0) or "fail" (exit_code 1, a gate failed) with a one-line
+  message; put numbers in `details` (JSON-serialisable) and seconds in `timings`.
+- Raise EnvironmentProblem (exit 3) or ConfigError (exit 2) for problems that are not the
+  code's fault; the runner records them as verdict "error" and goes on with the other jobs.
+  Any other exception is recorded as "error" with the traceback's last line, exit 1.
+
+Kinds are found through KIND_RUNNERS ("module:function", imported on first use, so a kind whose
+module does not exist yet only fails its own jobs), or registered directly with
+`register(kind, fn)` (tests, plug-ins). The defaults expect `mha_ci.perf.job:run_job`,
+`mha_ci.perf.job:run_refresh_job` and `mha_ci.checksums.job:run_job`.
+
+Nothing is lost on failure: after every job, out/jobs/<id>/result.json, out/results.json and
+out/summary.md are rewritten, so a run killed halfway leaves the results of the jobs it finished.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, TextIO
+
+import mha_ci
+from mha_ci.errors import ExitCode, MhaCiError
+from mha_ci.executors.base import Executor
+from mha_ci.jobs import JobResult
+from mha_ci.model.types import Job, PlannedJob, SkippedJob
+
+RESULTS_SCHEMA = "mha-ci.results/1"
+
+JobRunner = Callable[[Job, object, Executor, Path], JobResult]
+
+KIND_RUNNERS: dict[str, str] = {
+    "correctness": "mha_ci.jobs.correctness.job:run_job",
+    "perf": "mha_ci.perf.job:run_job",
+    "refresh": "mha_ci.perf.job:run_refresh_job",
+    "checksums": "mha_ci.checksums.job:run_job",
+}
+_REGISTERED: dict[str, JobRunner] = {}
+
+
+def register(kind: str, fn: JobRunner) -> None:
+    _REGISTERED[kind] = fn
+
+
+def unregister(kind: str) -> None:
+    _REGISTERED.pop(kind, None)
+
+
+def runner_for(kind: str) -> JobRunner:
+    """The function that runs jobs of `kind`; MhaCiError (exit 1) when none can be found."""
+    if kind in _REGISTERED:
+        return _REGISTERED[kind]
+    target = KIND_RUNNERS.get(kind)
+    if target is None:
+        raise NoRunner(f"no runner for job kind '{kind}' (known: {', '.join(sorted(set(KIND_RUNNERS) | set(_REGISTERED)))})")
+    module_name, _, attribute = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise NoRunner(f"no runner for job kind '{kind}': module {module_name} does not exist") from None
+        raise
+    fn = getattr(module, attribute, None)
+    if fn is None:
+        raise NoRunner(f"no runner for job kind '{kind}': {module_name} has no {attribute}()")
+    return fn
+
+
+class NoRunner(MhaCiError):
+    exit_code = ExitCode.GATE_FAILED
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """A planned (or requested) job this machine cannot run, listed in every report with why."""
+
+    id: str
+    reason: str
+    requested: bool = False        # named with --job: then the run exits 3
+
+
+@dataclass
+class RunReport:
+    out_dir: Path
+    executor: str
+    provenance: dict
+    results: list[JobResult] = field(default_factory=list)
+    not_run: list[NotRun] = field(default_factory=list)
+    skipped: list[SkippedJob] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+
+    @property
+    def exit_code(self) -> int:
+        return overall_exit_code(self.results, self.not_run)
+
+    def to_json(self) -> dict:
+        return {
+            "schema": RESULTS_SCHEMA,
+            "status": "running" if self.pending else "finished",
+            "exit_code": self.exit_code,
+            "provenance": self.provenance,
+            "jobs": [r.to_json() for r in self.results],
+            "pending": list(self.pending),
+            "not_run": [{"id": n.id, "reason": n.reason, "requested": n.requested} for n in self.not_run],
+            "skipped": [{"id": s.id, "reason": s.reason} for s in self.skipped],
+        }
+
+
+def overall_exit_code(results: list[JobResult], not_run: list[NotRun] = ()) -> int:
+    """Worst first: an environment problem (3) means some verdicts could not be reached at all,
+    so it outranks a configuration error (2), which outranks a failed gate (1)."""
+    codes = {int(r.exit_code) for r in results}
+    if any(n.requested for n in not_run):
+        codes.add(int(ExitCode.ENVIRONMENT_ERROR))
+    for code in (ExitCode.ENVIRONMENT_ERROR, ExitCode.CONFIG_ERROR, ExitCode.GATE_FAILED):
+        if int(code) in codes:
+            return int(code)
+    return int(ExitCode.OK)
+
+
+def run_job(planned: PlannedJob, pipeline, executor: Executor, out_dir: Path) -> JobResult:
+    """One job, never raising: every failure becomes a JobResult the reports can show."""
+    job = planned.job
+    started = time.monotonic()
+    try:
+        result = runner_for(job.kind)(job, pipeline, executor, out_dir)
+    except MhaCiError as exc:
+        result = JobResult(job_id=job.id, kind=job.kind, verdict="error", exit_code=int(exc.exit_code), message=str(exc))
+    except Exception as exc:  # a bug in a job kind must not lose the other jobs' results
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        result = JobResult(job_id=job.id, kind=job.kind, verdict="error", exit_code=ExitCode.GATE_FAILED,
+                           message=f"the {job.kind} job crashed: {last}",
+                           details={"traceback": traceback.format_exc()})
+    result.reason = result.reason or planned.reason
+    result.timings.setdefault("total", round(time.monotonic() - started, 3))
+    return result
+
+
+def run_jobs(jobs: list[PlannedJob], pipeline, executor: Executor, out_dir: Path, *,
+             not_run: list[NotRun] = (), skipped: list[SkippedJob] = (), provenance: dict | None = None,
+             stream: TextIO | None = None) -> RunReport:
+    from mha_ci.reports import summary   # reports import jobs; imported here to keep that one-way
+
+    stream = stream or sys.stderr
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "junit").mkdir(exist_ok=True)
+    report = RunReport(out_dir=out_dir, executor=executor.name, not_run=list(not_run), skipped=list(skipped),
+                       provenance=provenance or run_provenance(pipeline, executor.name),
+                       pending=[p.job.id for p in jobs])
+    write_reports(report, summary)
+    for position, planned in enumerate(jobs, start=1):
+        stream.write(f"mha-ci: [{position}/{len(jobs)}] {planned.job.id} ({planned.reason})\n")
+        stream.flush()
+        result = run_job(planned, pipeline, executor, out_dir)
+        report.results.append(result)
+        report.pending.remove(planned.job.id)
+        job_dir = out_dir / "jobs" / result.job_id
+        job_dir.mkdir(parents=True, exist_ok=True)
+        (job_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        write_reports(report, summary)
+        stream.write(f"mha-ci: {result.job_id}: {result.verdict.upper()} in {result.timings.get('total', 0):.1f} s"
+                     f"{' - ' + result.message if result.message else ''}\n")
+        stream.flush()
+    return report
+
+
+def write_reports(report: RunReport, summary_module) -> None:
+    _write_atomic(report.out_dir / "results.json", json.dumps(report.to_json(), indent=2) + "\n")
+    _write_atomic(report.out_dir / "summary.md", summary_module.render(report.to_json()))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    temp = path.with_name(path.name + ".tmp")
+    temp.write_text(text)
+    os.replace(temp, path)
+
+
+def run_provenance(pipeline, executor: str) -> dict:
+    root = Path(pipeline.root)
+    return {
+        "executor": executor,
+        "mha_ci": mha_ci.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "host": platform.node(),
+        "commit": _git(root, "rev-parse", "HEAD"),
+        "dirty": bool(_git(root, "status", "--porcelain", "--untracked-files=no")),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "toolchains": {name: {"lock": _relative(tc.lock, root), "pins": {k: tc.pins[k] for k in ("torch", "triton", "numpy") if k in tc.pins}}
+                       for name, tc in pipeline.toolchains.items()},
+    }
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)

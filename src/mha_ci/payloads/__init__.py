@@ -1,0 +1,31 @@
+"""Job payloads: the code that runs inside a toolchain environment (venv, container or host).
+
+Contract every executor honours and every payload relies on:
+- started as `python -m mha_ci.payloads.<name> ARGS` with the checkout root as working
+  directory and `<root>/src` on PYTHONPATH;
+- `$MHA_CI_OUT` is the run's output folder as the payload sees it (writable); file arguments
+  are paths relative to it, so they mean the same inside a container as on the host;
+- `$MHA_CI_PINS` is `{"toolchain": NAME, "mode": "enforce"|"record", "pins": {name: version}}`;
+  the payload calls `pincheck.enforce()` before any work;
+- exit status: 0 ok, 1 a gate failed (tests failed), 3 environment problem (pin mismatch,
+  missing device), 4 the payload itself could not produce a result (harness error). Executors
+  turn 3 into EnvironmentProblem.
+
+Payloads import only the standard library, torch/triton/numpy/pytest and `mha` (never pydantic
+or yaml, which toolchain environments do not have), and nothing of the orchestrating side.
+"""
+import os
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_GATE_FAILED = 1
+EXIT_ENVIRONMENT = 3
+EXIT_NO_RESULT = 4
+
+
+def out_path(relative: str) -> Path:
+    """A file argument resolved against $MHA_CI_OUT (absolute paths are taken as they are)."""
+    path = Path(relative)
+    if path.is_absolute():
+        return path
+    return Path(os.environ.get("MHA_CI_OUT", ".")) / path

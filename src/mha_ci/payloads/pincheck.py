@@ -1,0 +1,115 @@
+"""Refuse to run in an environment whose packages are not the toolchain's pins.
+
+The pins come from the toolchain's lock file (Toolchain.pins), handed over by the executor in
+$MHA_CI_PINS (see mha_ci.payloads). Every pinned package is looked up through
+importlib.metadata; a different or missing version ends the payload with exit 3, naming the
+pin and what is installed. In "record" mode (the `host` toolchain) nothing is refused; the
+versions are only recorded. Torch-free on purpose: it must run before anything heavy is
+imported, and in environments where torch itself is the wrong version.
+
+Standalone: python -m mha_ci.payloads.pincheck [--toolchain NAME --pins JSON] [--record FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import sys
+
+from mha_ci.payloads import EXIT_ENVIRONMENT, out_path
+
+# Recorded even when not pinned, so results.json always says what the numbers came from.
+ALWAYS_RECORDED = ("torch", "triton", "numpy", "pytest", "pytest-xdist")
+
+
+class PinMismatch(Exception):
+    pass
+
+
+def normalise(name: str) -> str:
+    """PEP 503 name normalisation: 'Typing_Extensions' and 'typing-extensions' are one package."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def mismatches(toolchain: str, pins: dict[str, str]) -> list[str]:
+    problems = []
+    for name, pinned in sorted(pins.items()):
+        found = installed_version(name)
+        if found is None:
+            problems.append(f"toolchain {toolchain} pins {name}=={pinned} but the environment does not have {name}")
+        elif found != pinned:
+            problems.append(f"toolchain {toolchain} pins {name}=={pinned} but the environment has {name} {found}")
+    return problems
+
+
+def versions(pins: dict[str, str]) -> dict[str, str | None]:
+    names = {normalise(n) for n in pins} | set(ALWAYS_RECORDED)
+    recorded: dict[str, str | None] = {name: installed_version(name) for name in sorted(names)}
+    recorded["python"] = platform.python_version()
+    return recorded
+
+
+def spec_from_environment() -> dict:
+    raw = os.environ.get("MHA_CI_PINS")
+    if raw is None:
+        raise PinMismatch("MHA_CI_PINS is not set: payloads are started by an mha-ci executor, which passes the "
+                          "toolchain's pins (run `mha-ci run`, or set MHA_CI_PINS as mha_ci.payloads describes)")
+    try:
+        spec = json.loads(raw)
+        return {"toolchain": str(spec["toolchain"]), "mode": spec.get("mode", "enforce"),
+                "pins": {normalise(k): str(v) for k, v in dict(spec["pins"]).items()}}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PinMismatch(f"MHA_CI_PINS is not valid ({exc!r}): {raw[:200]}") from None
+
+
+def check(spec: dict) -> dict[str, str | None]:
+    """The installed versions; raises PinMismatch (all mismatches in one message) when enforcing."""
+    if spec["mode"] not in ("enforce", "record"):
+        raise PinMismatch(f"unknown pin mode {spec['mode']!r} (enforce | record)")
+    if spec["mode"] == "enforce":
+        problems = mismatches(spec["toolchain"], spec["pins"])
+        if problems:
+            raise PinMismatch("\n".join(problems))
+    return versions(spec["pins"])
+
+
+def enforce() -> dict[str, str | None]:
+    """Called first by every payload: exits 3 on a mismatch, else returns the installed versions."""
+    try:
+        return check(spec_from_environment())
+    except PinMismatch as exc:
+        print(f"mha-ci pin check: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_ENVIRONMENT) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mha_ci.payloads.pincheck")
+    parser.add_argument("--toolchain", help="toolchain name (with --pins; default: from $MHA_CI_PINS)")
+    parser.add_argument("--pins", help='JSON object {"name": "version"}')
+    parser.add_argument("--mode", default="enforce", choices=("enforce", "record"))
+    parser.add_argument("--record", help="write the installed versions as JSON to this file (relative to $MHA_CI_OUT)")
+    args = parser.parse_args(argv)
+    if args.pins is not None:
+        os.environ["MHA_CI_PINS"] = json.dumps({"toolchain": args.toolchain or "unnamed", "mode": args.mode,
+                                                "pins": json.loads(args.pins)})
+    found = enforce()
+    if args.record:
+        path = out_path(args.record)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(found, indent=2, sort_keys=True) + "\n")
+    print(json.dumps(found, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
