@@ -1,0 +1,117 @@
+"""Build context of an image: Dockerfile, lock, pin check and a host-downloaded wheelhouse.
+
+Why a wheelhouse: pip inside a container reaches the package index only with --network host
+and the host's CA bundle (FACTS.md). Downloading on the host with `--require-hashes` and
+installing in the image with `--no-index --require-hashes` keeps the image build offline for
+Python packages and checks every wheel twice against the lock's sha256.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from mha_ci.containers.images import ImageSpec
+from mha_ci.errors import EnvironmentProblem
+
+CHECK_PINS = Path(__file__).with_name("check_pins.py")
+# Files (besides Dockerfile and lock) whose content goes into every image: part of the tag.
+CONTEXT_FILES = (CHECK_PINS,)
+
+
+def cache_root(spec: ImageSpec) -> Path:
+    """$MHA_CI_CACHE, else <checkout>/.cache/mha-ci: the same cache the venv executor uses."""
+    override = os.environ.get("MHA_CI_CACHE")
+    return Path(override).resolve() if override else spec.dockerfile.resolve().parents[2] / ".cache" / "mha-ci"
+
+
+def lock_entries(lock_text: str) -> dict[str, str]:
+    """Requirement entries of a lock (name -> the entry's text with its --hash lines)."""
+    entries, current = {}, []
+    for line in lock_text.splitlines():
+        if not current and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        current.append(line)
+        if not line.rstrip().endswith("\\"):
+            name = re.split(r"[=<>!~\[ ;]", current[0].strip(), maxsplit=1)[0]
+            entries[re.sub(r"[-_.]+", "-", name).lower()] = "\n".join(current)
+            current = []
+    return entries
+
+
+def install_lock_text(spec: ImageSpec) -> str:
+    """What pip installs in the image: the whole lock, or only the entries the Dockerfile
+    replaces in its base (`# mha-ci.replace: triton`, the ROCm image keeps the base's torch)."""
+    text = spec.lock.read_text()
+    replace = spec.directives.get("replace")
+    if not replace:
+        return text
+    entries = lock_entries(text)
+    names = [n.strip().lower() for n in replace.split(",") if n.strip()]
+    missing = [n for n in names if n not in entries]
+    if missing:
+        raise EnvironmentProblem(f"{spec.dockerfile}: replaces {', '.join(missing)}, "
+                                 f"which {spec.lock} does not pin")
+    header = f"# Entries of {spec.lock.parent.name}/requirements.lock this image installs.\n"
+    return header + "\n".join(entries[n] for n in names) + "\n"
+
+
+def pip_download_command(lock: Path, dest: Path, python_version: str) -> list[str]:
+    """`pip download` of exactly the lock's wheels for the image's Python (cp311 for bookworm)."""
+    py = python_version.replace(".", "")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
+           "--only-binary=:all:", "--disable-pip-version-check", "--progress-bar", "off",
+           "--python-version", python_version, "--implementation", "cp",
+           "--abi", f"cp{py}", "--abi", "abi3", "--abi", "none"]
+    for plat in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+                 "manylinux2014_x86_64", "linux_x86_64", "any"):
+        cmd += ["--platform", plat]
+    return cmd + ["-r", str(lock), "-d", str(dest)]
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    path: Path
+    wheelhouse_s: float        # seconds spent downloading (0 when the wheelhouse was reused)
+
+
+def assemble(spec: ImageSpec, log=print) -> BuildContext:
+    """Write the context folder for `spec`; the wheelhouse is reused while install.lock and the
+    target Python are unchanged (a stamp file records what it was downloaded for)."""
+    import time
+
+    install = install_lock_text(spec)
+    key = hashlib.sha256(f"{spec.python_version}\0{install}".encode()).hexdigest()[:16]
+    ctx = cache_root(spec) / "contexts" / f"{spec.toolchain}-{spec.platform}"
+    wheelhouse, stamp = ctx / "wheelhouse", ctx / "wheelhouse.stamp"
+    ctx.mkdir(parents=True, exist_ok=True)
+    (ctx / "install.lock").write_text(install)
+    shutil.copyfile(spec.dockerfile, ctx / "Dockerfile")
+    shutil.copyfile(spec.lock, ctx / "requirements.lock")
+    for f in CONTEXT_FILES:
+        shutil.copyfile(f, ctx / f.name)
+    (ctx / ".dockerignore").write_text("wheelhouse.stamp\n")
+
+    spent = 0.0
+    if not (stamp.is_file() and stamp.read_text() == key and wheelhouse.is_dir()):
+        shutil.rmtree(wheelhouse, ignore_errors=True)   # wheels of an older lock must not leak in
+        wheelhouse.mkdir()
+        cmd = pip_download_command(ctx / "install.lock", wheelhouse, spec.python_version)
+        log(f"wheelhouse: {' '.join(cmd[1:4])} ... -r install.lock -d {wheelhouse}")
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        spent = time.monotonic() - t0
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            raise EnvironmentProblem(
+                f"pip download of {spec.lock} for Python {spec.python_version} failed "
+                f"(a lock hashed for another Python needs the hash of this Python's wheel "
+                f"added to its entry):\n{tail}")
+        stamp.write_text(key)
+        log(f"wheelhouse: {len(list(wheelhouse.iterdir()))} wheels in {spent:.1f} s")
+    return BuildContext(path=ctx, wheelhouse_s=spent)

@@ -1,0 +1,158 @@
+"""The Docker Engine, reached through the `docker` SDK (imported lazily: the orchestrating side
+must import without it), and the image build with a streamed log."""
+from __future__ import annotations
+
+import fcntl
+import re
+import time
+from dataclasses import dataclass
+
+from mha_ci.containers.context import CONTEXT_FILES, assemble, cache_root
+from mha_ci.containers.images import ImageSpec
+from mha_ci.errors import EnvironmentProblem
+
+START_DOCKERD = ("start dockerd: `sudo dockerd >/tmp/dockerd.log 2>&1 &` or "
+                 "`sudo systemctl start docker` (CI: .ci/docker-setup.sh), "
+                 "or point DOCKER_HOST at a running daemon")
+# Labels every image carries, read back into each result's provenance.
+LABEL_BASE_REF, LABEL_BASE_DIGEST = "mha-ci.base-image", "mha-ci.base-digest"
+
+
+def connect():
+    """A docker client, or EnvironmentProblem (exit 3) saying how to start the daemon."""
+    try:
+        import docker
+    except ImportError as e:
+        raise EnvironmentProblem("the docker executor needs the `docker` Python package "
+                                 "(pip install -r requirements-dev.lock)") from e
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except Exception as e:   # DockerException, requests ConnectionError, bad DOCKER_HOST URL
+        raise EnvironmentProblem(f"docker daemon unreachable ({type(e).__name__}: {e}); "
+                                 f"{START_DOCKERD}") from e
+    return client
+
+
+class BuildFailed(EnvironmentProblem):
+    """An image build failed; the message names the Dockerfile step that failed."""
+
+
+def image_digest(image) -> str:
+    """The registry digest when the image came from a registry, else the local id."""
+    digests = image.attrs.get("RepoDigests") or []
+    return digests[0] if digests else f"local:{image.id}"
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    tag: str
+    id: str
+    base_ref: str
+    base_digest: str
+    built: bool                 # False when an existing image with this tag was reused
+    seconds: float
+
+
+def base_image(client, spec: ImageSpec):
+    import docker.errors
+
+    ref = spec.base_image
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        hint = ("make it with containers/make-base-image.sh" if ref.startswith("mha-ci/")
+                else "pull it on a machine that reaches the registry (docker pull, docker save | "
+                     "docker load)")
+        raise EnvironmentProblem(f"base image {ref} of {spec.dockerfile} is missing: {hint}")
+
+
+def expected_tag(client, spec: ImageSpec) -> str:
+    """The tag `spec` builds to now (needs the base image: its id is part of the tag)."""
+    return spec.tag(base_image_id=base_image(client, spec).id, extra_files=CONTEXT_FILES)
+
+
+def ensure_image(client, spec: ImageSpec, *, force: bool = False, log=print) -> BuiltImage:
+    """The image for `spec`, built only when no image carries its content tag (or force)."""
+    t0 = time.monotonic()
+    base = base_image(client, spec)
+    tag = spec.tag(base_image_id=base.id, extra_files=CONTEXT_FILES)
+    existing = None if force else _existing(client, tag)
+    if existing is not None:
+        return BuiltImage(tag, existing.id, spec.base_image, image_digest(base), False,
+                          time.monotonic() - t0)
+    locks = cache_root(spec) / "contexts"
+    locks.mkdir(parents=True, exist_ok=True)
+    # One build per image at a time (two jobs, or two test sessions, may ask at once); the
+    # context folder is shared, and the second one finds the first one's image when it gets in.
+    with open(locks / f".{spec.toolchain}-{spec.platform}.lock", "w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        existing = None if force else _existing(client, tag)
+        if existing is not None:
+            return BuiltImage(tag, existing.id, spec.base_image, image_digest(base), False,
+                              time.monotonic() - t0)
+        return _build_locked(client, spec, base, tag, t0, log)
+
+
+def _existing(client, tag: str):
+    import docker.errors
+
+    try:
+        return client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _build_locked(client, spec: ImageSpec, base, tag: str, t0: float, log) -> BuiltImage:
+    log(f"building {tag} from {spec.dockerfile} (base {spec.base_image})")
+    ctx = assemble(spec, log=log)
+    image_id = _build(client, spec, ctx.path, tag, labels={
+        LABEL_BASE_REF: spec.base_image, LABEL_BASE_DIGEST: image_digest(base)}, log=log)
+    seconds = time.monotonic() - t0
+    log(f"built {tag} ({image_id[:19]}) in {seconds:.0f} s")
+    return BuiltImage(tag, image_id, spec.base_image, image_digest(base), True, seconds)
+
+
+_STEP = re.compile(r"^Step \d+/\d+ : ")
+_LAYER = re.compile(r"^ ---> ([0-9a-f]{12})$")
+
+
+def _build(client, spec: ImageSpec, path, tag: str, labels: dict[str, str], log) -> str:
+    """Run the build through the low-level API so that the log streams line by line."""
+    prefix = f"[build {spec.toolchain}-{spec.platform}] "
+    step, image_id, tail = "(before the first step)", None, []
+    # Last layer of each earlier stage of a multi-stage build: left behind as an untagged
+    # image (2 GB for the wheel-installing stage), so it is removed after a successful build.
+    last_layer, stage_ends, froms = None, [], 0
+    stream = client.api.build(path=str(path), tag=tag, rm=True, forcerm=True, pull=False,
+                              decode=True, labels=labels, buildargs=spec.build_args or None,
+                              network_mode=spec.build_network)
+    for chunk in stream:
+        if "stream" in chunk:
+            for line in chunk["stream"].splitlines():
+                if _STEP.match(line):
+                    step = line
+                    if line.split(" : ", 1)[1].upper().startswith("FROM "):
+                        froms += 1
+                        if froms > 1 and last_layer:
+                            stage_ends.append(last_layer)
+                m = _LAYER.match(line)
+                if m:
+                    last_layer = m.group(1)
+                if line.strip():
+                    tail = (tail + [line])[-20:]
+                    log(prefix + line)
+        if "aux" in chunk and "ID" in chunk["aux"]:
+            image_id = chunk["aux"]["ID"]
+        if "error" in chunk:
+            detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
+            raise BuildFailed(f"building {tag} from {spec.dockerfile} failed at {step}: "
+                              f"{detail.strip()}\nlast lines of the build log:\n" + "\n".join(tail))
+    if image_id is None:
+        image_id = client.images.get(tag).id
+    for layer in stage_ends:
+        try:
+            client.images.remove(layer)
+        except Exception as e:   # in use by another image, or already gone: not our problem
+            log(f"{prefix}note: intermediate stage {layer} kept ({e})")
+    return image_id

@@ -1,0 +1,220 @@
+"""Image tags, build contexts and the container's environment: no docker needed."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mha_ci.containers import check_pins
+from mha_ci.containers.context import install_lock_text, lock_entries, pip_download_command
+from mha_ci.containers.images import ImageSpec, discover, image_spec
+from mha_ci.errors import EnvironmentProblem
+from mha_ci.executors.base import PayloadRun
+from mha_ci.model.types import Arch, Toolchain
+
+
+@pytest.fixture
+def containers(tmp_path: Path, repo_root: Path) -> Path:
+    """A copy of containers/ to edit."""
+    shutil.copytree(repo_root / "containers", tmp_path / "containers")
+    return tmp_path / "containers"
+
+
+def spec_of(containers: Path, toolchain: str = "triton-3.4", platform: str = "cpu", **args) -> ImageSpec:
+    spec = image_spec(containers / toolchain, toolchain, platform, build_args=args or None)
+    assert spec is not None
+    return spec
+
+
+def test_every_toolchain_has_a_cpu_and_a_rocm_image(repo_root):
+    found = {(s.toolchain, s.platform) for s in discover(repo_root / "containers")}
+    assert found == {(t, p) for t in ("triton-3.4", "triton-3.8") for p in ("cpu", "rocm")}
+
+
+def test_tag_is_content_derived_and_stable(containers):
+    spec = spec_of(containers)
+    tag = spec.tag("sha256:base1")
+    assert tag == spec_of(containers).tag("sha256:base1")
+    repo, digest = tag.split(":")
+    assert repo == "mha-ci/triton-3.4-cpu"
+    assert len(digest) == 12 and int(digest, 16) >= 0
+
+
+def test_tag_changes_with_lock_dockerfile_base_and_build_args(containers):
+    spec = spec_of(containers)
+    before = spec.tag("sha256:base1")
+    assert spec.tag("sha256:base2") != before            # the base image was remade
+    assert spec_of(containers, BASE_IMAGE="other:tag").tag("sha256:base1") != before
+
+    lock = containers / "triton-3.4" / "requirements.lock"
+    lock.write_text(lock.read_text().replace("pytest==9.0.3", "pytest==9.0.2"))
+    after_lock = spec.tag("sha256:base1")
+    assert after_lock != before
+
+    dockerfile = containers / "triton-3.4" / "Dockerfile.cpu"
+    dockerfile.write_text(dockerfile.read_text() + "\n# a comment is a change too\n")
+    assert spec.tag("sha256:base1") not in (before, after_lock)
+
+
+def test_tag_ignores_other_toolchains_and_other_files(containers):
+    spec = spec_of(containers)
+    before = spec.tag("sha256:base1")
+    other = containers / "triton-3.8" / "requirements.lock"
+    other.write_text(other.read_text() + "\n# unrelated\n")
+    (containers / "triton-3.4" / "NOTES.txt").write_text("not part of the image")
+    assert spec.tag("sha256:base1") == before
+
+
+def test_tag_includes_extra_context_files(containers, tmp_path):
+    spec = spec_of(containers)
+    extra = tmp_path / "check_pins.py"
+    extra.write_text("one")
+    a = spec.tag("b", (extra,))
+    extra.write_text("two")
+    assert spec.tag("b", (extra,)) != a
+
+
+def test_dockerfile_directives(repo_root):
+    cpu34 = spec_of(repo_root / "containers", "triton-3.4", "cpu")
+    cpu38 = spec_of(repo_root / "containers", "triton-3.8", "cpu")
+    rocm = spec_of(repo_root / "containers", "triton-3.8", "rocm")
+    # only Triton 3.4's image needs the network at build (apt for lld-19)
+    assert cpu34.build_network == "host" and cpu38.build_network is None
+    assert cpu34.python_version == "3.11" and cpu34.base_image == "mha-ci/debian-bookworm:base"
+    assert rocm.base_image.startswith("rocm/pytorch:") and rocm.directives["replace"] == "triton"
+
+
+def test_cpu_image_installs_the_whole_lock_rocm_only_triton(repo_root):
+    cpu = spec_of(repo_root / "containers", "triton-3.4", "cpu")
+    assert install_lock_text(cpu) == cpu.lock.read_text()
+    rocm = spec_of(repo_root / "containers", "triton-3.4", "rocm")
+    text = install_lock_text(rocm)
+    assert "triton==3.4.0" in text and "--hash=sha256:" in text
+    assert "torch==" not in text and "numpy==" not in text
+
+
+def test_replace_of_an_unpinned_package_is_an_environment_problem(containers):
+    dockerfile = containers / "triton-3.8" / "Dockerfile.rocm"
+    dockerfile.write_text(dockerfile.read_text().replace("mha-ci.replace: triton",
+                                                         "mha-ci.replace: triton, jax"))
+    with pytest.raises(EnvironmentProblem, match="jax"):
+        install_lock_text(spec_of(containers, "triton-3.8", "rocm"))
+
+
+def test_lock_entries_keep_hash_lines():
+    text = "# c\nfoo==1.0 \\\n    --hash=sha256:aa\nBar_Baz==2 \\\n    --hash=sha256:bb \\\n    --hash=sha256:cc\n"
+    entries = lock_entries(text)
+    assert set(entries) == {"foo", "bar-baz"}
+    assert entries["bar-baz"].count("--hash") == 2
+
+
+def test_wheelhouse_is_downloaded_for_the_image_python_not_the_hosts(tmp_path):
+    cmd = pip_download_command(tmp_path / "l", tmp_path / "w", "3.12")
+    joined = " ".join(cmd)
+    assert "--require-hashes" in cmd and "--no-deps" in cmd and "--only-binary=:all:" in cmd
+    assert "--python-version 3.12" in joined and "--abi cp312" in joined
+
+
+def test_check_pins_reports_each_mismatch(monkeypatch):
+    pins = check_pins.read_pins("a==1.0 \\\n  --hash=sha256:x\nb==2.0\nc==3\n# d==4\n")
+    assert pins == {"a": "1.0", "b": "2.0", "c": "3"}
+    installed = {"a": "1.0", "b": "2.1"}
+
+    def version(name):
+        if name not in installed:
+            raise check_pins.metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(check_pins.metadata, "version", version)
+    problems = check_pins.mismatches(pins)
+    assert problems == ["b: pinned 2.0, installed 2.1", "c: pinned 3, not installed"]
+    assert check_pins.mismatches(pins, only={"a"}) == []
+
+
+# ---------------------------------------------------------------- the container's side
+def _payload(tmp_path: Path, env: dict[str, str] | None = None, device: str = "none") -> PayloadRun:
+    toolchain = Toolchain(name="triton-3.8", role="top-of-tree", lock=tmp_path / "l",
+                          container_dir=tmp_path, pins={"triton": "3.8.0"})
+    arch = Arch(name="x", vendor="cpu", description="", device=device, runner_labels=(),
+                visible_devices_env=None, compile_target=None)
+    return PayloadRun(module="probe", args=(), toolchain=toolchain, arch=arch,
+                      out_dir=tmp_path / "out", env=env or {})
+
+
+def test_only_listed_variables_pass_into_the_container(tmp_path, monkeypatch):
+    from mha_ci.executors.docker import container_environment
+
+    monkeypatch.setenv("MHA_CI_TEST_SECRET", "must-not-leak")
+    monkeypatch.setenv("PATH", "/host/only/bin")
+    monkeypatch.setenv("HOME", "/host/home")
+    monkeypatch.setenv("TRITON_HIP_LLD_PATH", "/host/ld.lld")
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "1")
+    env = container_environment(_payload(tmp_path, {"TRITON_INTERPRET": "1"}), tmp_path)
+    assert "MHA_CI_TEST_SECRET" not in env
+    assert "PATH" not in env                    # the image's PATH (its venv) stays
+    assert env["HOME"] == "/tmp"                # writable for any uid inside
+    assert "TRITON_HIP_LLD_PATH" not in env     # the image's own ld.lld stays
+    assert env["HIP_VISIBLE_DEVICES"] == "1"    # which GPUs this runner may use
+    assert env["TRITON_INTERPRET"] == "1"
+    assert env["PYTHONPATH"] == str(tmp_path / "src")
+    assert env["MHA_CI_OUT"] == str(tmp_path / "out")
+    assert '"triton": "3.8.0"' in env["MHA_CI_PINS"]
+
+
+def test_a_variable_the_job_lists_passes_even_if_host_only(tmp_path, monkeypatch):
+    from mha_ci.executors.docker import container_environment
+
+    monkeypatch.setenv("TRITON_HIP_LLD_PATH", "/host/ld.lld")
+    env = container_environment(_payload(tmp_path, {"TRITON_HIP_LLD_PATH": "/usr/bin/ld.lld-19"}),
+                                tmp_path)
+    assert env["TRITON_HIP_LLD_PATH"] == "/usr/bin/ld.lld-19"
+
+
+def test_device_access_per_arch(tmp_path):
+    from mha_ci.executors.docker import device_options
+
+    amd = device_options(_payload(tmp_path, device="amd-gpu").arch)
+    assert amd["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+    assert amd["group_add"] == ["video"] and amd["security_opt"] == ["seccomp=unconfined"]
+    assert device_options(_payload(tmp_path, device="none").arch) == {}
+    nvidia = device_options(_payload(tmp_path, device="nvidia-gpu").arch)["device_requests"][0]
+    assert nvidia["Count"] == -1 and nvidia["Capabilities"] == [["gpu"]]
+    with pytest.raises(EnvironmentProblem):
+        device_options(_payload(tmp_path, device="tpu").arch)
+
+
+def test_checkout_read_only_output_writable_at_the_host_paths(tmp_path):
+    from mha_ci.executors.docker import mounts
+
+    m = mounts(tmp_path, tmp_path / "out" / "job")
+    assert m == {str(tmp_path): {"bind": str(tmp_path), "mode": "ro"},
+                 str(tmp_path / "out" / "job"): {"bind": str(tmp_path / "out" / "job"), "mode": "rw"}}
+
+
+def test_unreachable_daemon_is_an_environment_problem(monkeypatch):
+    from mha_ci.containers.engine import connect
+    from mha_ci.errors import ExitCode
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/mha-ci-test.sock")
+    with pytest.raises(EnvironmentProblem, match="start dockerd") as info:
+        connect()
+    assert info.value.exit_code == ExitCode.ENVIRONMENT_ERROR
+
+
+@pytest.mark.parametrize("command", [
+    ["-m", "mha_ci.containers", "build", "--toolchain", "triton-3.8"],
+    ["-m", "mha_ci", "run", "--job", "checksums-interpreter-triton-3.8", "--executor", "docker"],
+], ids=["containers-build", "run"])
+def test_unreachable_daemon_exits_3_from_the_cli(repo_root, tmp_path, command):
+    env = {**os.environ, "PYTHONPATH": str(repo_root / "src"),
+           "DOCKER_HOST": "unix:///nonexistent/mha-ci-test.sock"}
+    if command[1] == "mha_ci":
+        command = command + ["--out", str(tmp_path / "out")]
+    proc = subprocess.run([sys.executable, *command], cwd=repo_root, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert "start dockerd" in proc.stderr
