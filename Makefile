@@ -11,8 +11,10 @@ STAMP   := $(VENV)/.installed-$(shell cat requirements-dev.lock pyproject.toml |
 # ld.lld 19 links Triton 3.4's AMD code objects (FACTS.md: Debian's default lld 14 cannot).
 LLD     := /usr/lib/llvm-19/bin/ld.lld
 export TRITON_HIP_LLD_PATH ?= $(LLD)
+# Toolchain environments, compile caches and image build contexts live here (CI may cache it).
+export MHA_CI_CACHE ?= $(CURDIR)/.cache/mha-ci
 
-.PHONY: setup system-deps docker-setup ci test test-runner validate plan checksums perf containers nightly export clean
+.PHONY: setup system-deps docker-setup ci test test-fast test-runner test-docker validate plan checksums perf containers nightly export durations clean
 
 $(STAMP): requirements-dev.lock pyproject.toml
 	rm -rf $(VENV)
@@ -46,12 +48,21 @@ plan: $(STAMP)
 ci: setup
 	$(MHA_CI) run --event pull_request --out $(OUT)/ci
 
-test-runner: setup docker-setup
-	$(BIN)/python -m pytest tests/mha_ci -q -ra --durations=15
+# Unit tests only (no toolchain environments, no docker): seconds.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/mha_ci -q -m "not slow and not docker"
 
-# Every test: the runner's own (unit, venv/interpreter and docker integration), then the kernel
-# tests of tests/mha in both pinned toolchains through the PR pipeline.
-test: test-runner ci
+# The runner's tests that need no docker: unit tests plus real venv environments and compiles.
+test-runner: setup
+	$(BIN)/python -m pytest tests/mha_ci -q -ra -m "not docker" --durations=15
+
+# dockerd, the CPU images of both toolchains, then the docker executor and equivalence tests.
+test-docker: setup containers
+	$(BIN)/python -m pytest tests/mha_ci -q -ra -m docker --durations=10
+
+# Every test: the runner's own, the docker ones, then the kernel tests of tests/mha in both
+# pinned toolchains through the pull-request pipeline (interpreter correctness + checksums).
+test: test-runner test-docker ci
 
 checksums: setup
 	$(MHA_CI) checksums verify --out $(OUT)/checksums
@@ -59,14 +70,21 @@ checksums: setup
 perf: $(STAMP)
 	$(MHA_CI) perf measure --out $(OUT)/perf
 
+# CPU images of every toolchain (the ROCm ones need a registry this machine cannot reach).
 containers: $(STAMP) docker-setup
-	$(BIN)/python -m mha_ci.containers build --all
+	$(BIN)/python -m mha_ci.containers build
 
 nightly: setup
 	$(MHA_CI) perf refresh --out $(OUT)/nightly
 
 export: $(STAMP)
 	$(MHA_CI) export github
+
+# Re-record per-test durations of the interpreter shards (sharding input) from a real run.
+durations: setup
+	$(MHA_CI) run --event pull_request --out $(OUT)/durations \
+	  $(foreach j,$(shell $(MHA_CI) plan --format json | $(BIN)/python -c 'import json,sys; print(" ".join(j["id"] for j in json.load(sys.stdin)["jobs"] if j["kind"]=="correctness" and j["arch"]=="interpreter"))'),--job $(j))
+	cp $(OUT)/durations/test_durations/interpreter.json perf_baselines/test_durations/
 
 clean:
 	rm -rf $(VENV) .cache $(OUT) build src/*.egg-info
