@@ -31,7 +31,9 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse, sink, cu_q, cu_k = ctx.saved_tensors
-        if dout.stride(-1) != 1:
+        # dO comes from autograd with any strides: a contiguous copy has the layout of out, whose
+        # in-slice offsets were checked before the forward launch.
+        if dout.stride(-1) != 1 or validation.slice_max_offset(dout, ctx.geo.seqlen_q) > validation.INT32_MAX:
             dout = dout.contiguous()
         dq, dk, dv, delta = launch.backward(ctx.specs, ctx.geo, q, k, v, out, dout, lse, cu_q, cu_k,
                                             ctx.scale, ctx.window, ctx.dropout_p, ctx.rng)
@@ -64,11 +66,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     natural-log normalizer including the sink. Differentiable in q, k, v and sink.
     """
     window, p, scale = _common_checks(q, k, v, dropout_p, softmax_scale, window_size, sink, varlen=False)
-    validation.check_int32_offsets(q=q, k=k, v=v)
     b, sq, hq, _ = q.shape
-    # The output and lse are allocated contiguous: check them too.
-    validation.check_int32_offsets(out=torch.empty((b, sq, hq, v.shape[-1]), device="meta"),
-                                   lse=torch.empty((b, hq, sq), device="meta"))
+    out_meta = torch.empty((b, sq, hq, v.shape[-1]), device="meta")  # allocated contiguous
+    validation.check_attention_offsets(q, k, v, sq, k.shape[1], out_meta)
     geo = launch.Geometry(batch=b, seqlen_q=sq, seqlen_k=k.shape[1], heads_q=hq, heads_k=k.shape[2], varlen=False)
     out, lse = _FlashAttention.apply(q, k, v, sink, None, None, geo, scale, bool(causal), window, p, config)
     return (out, lse) if return_lse else out
@@ -84,9 +84,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     window, p, scale = _common_checks(q, k, v, dropout_p, softmax_scale, window_size, sink, varlen=True)
     longest_q, longest_k = validation.check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
                                                        max_seqlen_q, max_seqlen_k, q.device)
-    validation.check_int32_offsets(q=q, k=k, v=v)
-    validation.check_int32_offsets(out=torch.empty((q.shape[0], q.shape[1], v.shape[-1]), device="meta"),
-                                   lse=torch.empty((q.shape[1], q.shape[0]), device="meta"))
+    out_meta = torch.empty((q.shape[0], q.shape[1], v.shape[-1]), device="meta")  # allocated contiguous
+    validation.check_attention_offsets(q, k, v, longest_q, longest_k, out_meta)
     geo = launch.Geometry(batch=cu_seqlens_q.shape[0] - 1, seqlen_q=longest_q, seqlen_k=longest_k,
                           heads_q=q.shape[1], heads_k=k.shape[1], varlen=True)
     out, lse = _FlashAttention.apply(q, k, v, sink, cu_seqlens_q, cu_seqlens_k, geo, scale, bool(causal), window,

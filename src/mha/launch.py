@@ -17,8 +17,11 @@ Runtime argument specializations (what Triton's JIT adds on top of the spec, to 
   `do_not_specialize`: their values never change the generated code.
 - Float arguments (qk_scale, sm_scale, dropout_p) are never specialized.
 
-Index math: all in-tensor offsets are int32; mha.validation raises IndexOverflowError before a
-launch whose offsets would not fit (rather than switching to int64 offsets).
+Index math: each program's (batch, head, sequence start) slice base is computed in int64 in the
+kernels (mha.kernels.common.slice_offset), so tensors of any element count work; offsets inside
+one slice (row * stride_s + col) are int32 and mha.validation raises IndexOverflowError before a
+launch where they would not fit. The signatures below type strides as i32 (every canonical
+input); a stride >= 2^31 at runtime makes Triton's JIT pass it as i64 (a separate compile).
 """
 from __future__ import annotations
 

@@ -1,11 +1,19 @@
 """Input checks run before any kernel launch; every message says what was expected and what came.
 
-All errors derive from `AttentionInputError` so callers can catch one family. Offsets are checked
-against 32-bit index math (the kernels compute every in-tensor offset in int32): inputs whose
-largest element offset does not fit raise `IndexOverflowError` instead of switching to int64.
-The check uses only sizes and strides, so it works on device="meta" tensors.
+All errors derive from `AttentionInputError` so callers can catch one family.
+
+Index math (see mha.kernels.common.slice_offset): each program computes the base of its
+(batch, head) slice -- batch * stride_b + head * stride_h + sequence start * stride_s -- in int64,
+so tensors may have any number of elements (a decode KV cache of 12.9e9 elements is fine). Offsets
+inside one slice (row * stride_s + column, row < the (longest) sequence length) stay int32 because
+they are per-element work in the inner loops; `check_slice_offsets` raises `IndexOverflowError`
+when they would not fit. The dropout counter (row * seqlen_k + col, `check_rng_range`) is int32 too.
+The checks use only sizes and strides, so they work on device="meta" tensors.
 """
 from __future__ import annotations
+
+import threading
+import weakref
 
 import torch
 
@@ -63,14 +71,41 @@ def max_offset(t: torch.Tensor) -> int:
     return sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
 
 
-def check_int32_offsets(**tensors: torch.Tensor) -> None:
+def slice_max_offset(t: torch.Tensor, seqlen: int) -> int:
+    """Largest int32 in-slice offset the kernels form for `t`: (seqlen - 1) * stride_s + (D - 1).
+
+    `t` is (batch, seqlen, heads, D) or packed (total, heads, D); `seqlen` is the rows one program
+    walks from its slice base (the dense length, or the longest varlen sequence). The batch, head
+    and sequence-start parts are int64 in the kernels and not limited here.
+    """
+    if seqlen <= 0 or t.numel() == 0:
+        return 0
+    return (seqlen - 1) * t.stride(-3) + (t.shape[-1] - 1) * t.stride(-1)
+
+
+def check_slice_offsets(seqlens: dict[str, int], **tensors: torch.Tensor) -> None:
+    """Raise IndexOverflowError when a (batch, head) slice of a tensor is too long for int32 offsets."""
     for name, t in tensors.items():
-        if t.numel() and max_offset(t) > INT32_MAX:
+        seqlen = seqlens[name]
+        off = slice_max_offset(t, seqlen)
+        if off > INT32_MAX:
             raise IndexOverflowError(
-                f"{name}: largest element offset {max_offset(t)} (shape {tuple(t.shape)}, strides "
-                f"{tuple(t.stride())}) exceeds {INT32_MAX}; the kernels use 32-bit offsets, "
-                "split the batch"
+                f"{name}: offset {off} inside one (batch, head) slice ({seqlen} rows x row stride "
+                f"{t.stride(-3)}, shape {tuple(t.shape)}) exceeds {INT32_MAX}; the kernels index "
+                "within a sequence in 32 bits (batch and head offsets are 64-bit): use a shorter "
+                "sequence or a smaller row stride (e.g. a contiguous tensor)"
             )
+
+
+def check_attention_offsets(q, k, v, seqlen_q: int, seqlen_k: int, out_meta: torch.Tensor) -> None:
+    """In-slice int32 offsets of the inputs, the output (`out_meta`: its shape/strides as allocated)
+    and the gradients (empty_like of q, k, v, whose layout can differ from a non-dense input's).
+    lse/delta slices are one row of seqlen_q floats: in range whenever q's are. seqlen_* are the
+    dense lengths or the longest varlen sequences."""
+    check_slice_offsets(
+        dict(q=seqlen_q, k=seqlen_k, v=seqlen_k, out=seqlen_q, dq=seqlen_q, dk=seqlen_k, dv=seqlen_k),
+        q=q, k=k, v=v, out=out_meta, dq=torch.empty_like(q, device="meta"),
+        dk=torch.empty_like(k, device="meta"), dv=torch.empty_like(v, device="meta"))
 
 
 def check_qkv(q, k, v, *, varlen: bool) -> tuple[str, int, int]:
@@ -147,9 +182,72 @@ def check_dropout(dropout_p) -> float:
     return p
 
 
+# Value validation of cu_seqlens needs the array on the host: a device-to-host copy that
+# synchronises the stream. Done on every call it stalls every varlen dispatch (measured on the
+# H200: the same call took 626 or 850 us depending on where the sync fell). Serving code builds one
+# cu_seqlens per batch and passes it to every layer, so the values are validated once per tensor
+# *state* and the summary is cached:
+# - keyed by id() plus a weakref that must still point at the very same object (ids are reused
+#   after a tensor dies; the weakref's callback also drops the entry then);
+# - and by tensor._version, data_ptr, numel and device: every in-place torch op on the tensor or a
+#   view of it (cu.add_(0), cu[1] = 5, copy_) bumps _version, so a modified tensor is re-read.
+# What the key cannot see: writes that bypass the autograd version counter -- through `.data`
+# or `.numpy()` aliases, raw pointers (custom kernels, CUDA-graph replays). Such tensors are trusted
+# as last validated. Inference-mode tensors have no version counter: they are validated on every
+# call (correct, but with the sync).
+# Only what depends on the values alone is cached (first entry, monotonicity, last entry, longest
+# sequence); the checks against this call's totals and max_seqlen run every time, from the cache.
+_CU_CACHE_LIMIT = 256
+_cu_cache: dict[int, tuple] = {}
+_cu_cache_lock = threading.Lock()
+_host_values = torch.Tensor.tolist  # the device-to-host read; a module attribute so tests can count it
+
+
+def _cu_state(cu: torch.Tensor):
+    try:
+        version = cu._version
+    except RuntimeError:  # inference tensors do not track versions: never cache them
+        return None
+    return (version, cu.data_ptr(), cu.numel(), str(cu.device))
+
+
+def _cu_summary(name: str, cu: torch.Tensor) -> tuple[int, int]:
+    """(last entry, longest sequence) of a well-formed cu_seqlens; validated once per tensor state."""
+    state = _cu_state(cu)
+    if state is not None:
+        with _cu_cache_lock:
+            entry = _cu_cache.get(id(cu))
+        if entry is not None and entry[0]() is cu and entry[1] == state:
+            return entry[2]
+    host = _host_values(cu)
+    if host[0] != 0:
+        raise CuSeqlensError(f"{name}: expected first entry 0, got {host[0]}")
+    steps = [b - a for a, b in zip(host, host[1:])]
+    if any(s < 0 for s in steps):
+        i = next(i for i, s in enumerate(steps) if s < 0)
+        raise CuSeqlensError(f"{name}: expected non-decreasing values, got {host[i]} then {host[i + 1]} at index {i}")
+    summary = (host[-1], max(steps))
+    if state is not None:
+        key = id(cu)
+        ref = weakref.ref(cu, lambda _r, key=key: _forget(key, _r))
+        with _cu_cache_lock:
+            if len(_cu_cache) >= _CU_CACHE_LIMIT and key not in _cu_cache:
+                _cu_cache.pop(next(iter(_cu_cache)))  # oldest first (dicts keep insertion order)
+            _cu_cache[key] = (ref, state, summary)
+    return summary
+
+
+def _forget(key: int, ref) -> None:
+    with _cu_cache_lock:
+        entry = _cu_cache.get(key)
+        if entry is not None and entry[0] is ref:
+            del _cu_cache[key]
+
+
 def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int,
                      max_seqlen_q: int, max_seqlen_k: int, device) -> tuple[int, int]:
-    """Dtype, rank, lengths, monotonicity and totals. Reads the (small) arrays to the host.
+    """Dtype, rank, lengths, monotonicity and totals. Reads the (small) arrays to the host the
+    first time a tensor (state) is seen, then answers from a cache (see _cu_summary).
 
     Returns the true longest sequence lengths (the launch grid uses these, so a too-small
     max_seqlen cannot silently skip rows; a too-small one is reported).
@@ -166,16 +264,9 @@ def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int,
             raise CuSeqlensError(f"{name}: expected device {device}, got {cu.device}")
         if cu.stride(0) != 1:
             raise CuSeqlensError(f"{name}: expected a contiguous tensor, got stride {cu.stride(0)}")
-        host = cu.tolist()
-        if host[0] != 0:
-            raise CuSeqlensError(f"{name}: expected first entry 0, got {host[0]}")
-        steps = [b - a for a, b in zip(host, host[1:])]
-        if any(s < 0 for s in steps):
-            i = next(i for i, s in enumerate(steps) if s < 0)
-            raise CuSeqlensError(f"{name}: expected non-decreasing values, got {host[i]} then {host[i + 1]} at index {i}")
-        if host[-1] != total:
-            raise CuSeqlensError(f"{name}: last entry {host[-1]} must equal the packed total {total}")
-        longest = max(steps)
+        last, longest = _cu_summary(name, cu)
+        if last != total:
+            raise CuSeqlensError(f"{name}: last entry {last} must equal the packed total {total}")
         if int(max_len) < longest:
             raise CuSeqlensError(f"{name}: max_seqlen {max_len} is smaller than the longest sequence {longest}")
         lengths.append(longest)

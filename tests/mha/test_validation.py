@@ -118,31 +118,182 @@ def test_varlen_wrong_rank(device):
         mha.flash_attn_varlen_func(q[None], k, v, cu_q, cu_k, 5, 4)
 
 
-def test_offset_overflow_detected_on_meta_tensors():
-    """Sizes whose largest offset exceeds int32 are refused from metadata alone (no allocation)."""
-    q = torch.empty(4, 65537, 64, 128, device="meta", dtype=torch.float16)  # > 2^31 elements
-    k = torch.empty(4, 16, 8, 128, device="meta", dtype=torch.float16)
-    with pytest.raises(V.IndexOverflowError, match="exceeds 2147483647"):
+def _meta(*shape, dtype=torch.float16):
+    return torch.empty(*shape, device="meta", dtype=dtype)
+
+
+def _validates_through_api(monkeypatch, q, k, v):
+    """Run flash_attn_func on meta tensors with the launch stubbed out: every check before a
+    launch runs; returns the geometry the launch would have got."""
+    seen = {}
+
+    def fake_forward(spec, geo, q, k, v, *rest):
+        seen["geo"] = geo
+        return (torch.empty((geo.batch, geo.seqlen_q, geo.heads_q, v.shape[-1]), device="meta", dtype=q.dtype),
+                torch.empty((geo.batch, geo.heads_q, geo.seqlen_q), device="meta"))
+
+    monkeypatch.setattr(mha.launch, "forward", fake_forward)
+    mha.flash_attn_func(q, k, v)
+    return seen["geo"]
+
+
+def test_huge_decode_shape_validates(monkeypatch):
+    """The H200 decode workload: k has 12.9e9 elements. Batch/head bases are int64 in the kernels,
+    so only the in-slice offsets (8192 rows x 24576) must fit in int32: accepted."""
+    q, k, v = _meta(64, 1, 128, 192), _meta(64, 8192, 128, 192), _meta(64, 8192, 128, 128)
+    assert k.numel() > 12 * 10**9 and V.max_offset(k) > V.INT32_MAX
+    V.check_attention_offsets(q, k, v, 1, 8192, _meta(64, 1, 128, 128))
+    geo = _validates_through_api(monkeypatch, q, k, v)
+    assert (geo.batch, geo.seqlen_q, geo.seqlen_k, geo.heads_q, geo.heads_k) == (64, 1, 8192, 128, 128)
+
+
+def test_large_batch_stride_view_validates(monkeypatch):
+    """A small view whose batch stride reaches past 2^31 (a slice of a huge buffer) is fine now."""
+    q = _meta(2, 8, 2, 16).as_strided((2, 8, 2, 16), (2**31, 32, 16, 1))
+    k = _meta(2, 8, 2, 16)
+    _validates_through_api(monkeypatch, q, k, k)
+
+
+def test_slice_overflow_detected_on_meta_tensors():
+    """One (batch, head) slice of k spans 2^19 rows x 8192 elements: past int32, refused."""
+    q = _meta(1, 16, 64, 128)
+    k = _meta(1, 2**19, 64, 128)
+    with pytest.raises(V.IndexOverflowError, match=r"k: offset \d+ inside one \(batch, head\) slice "
+                                                   r"\(524288 rows x row stride 8192") as e:
+        mha.flash_attn_func(q, k, k)
+    assert "exceeds 2147483647" in str(e.value)
+
+
+def test_slice_overflow_from_row_stride_on_meta_tensors():
+    """A view whose row stride is huge overflows within a slice even with few rows."""
+    q = _meta(2, 8, 2, 16).as_strided((2, 8, 2, 16), (32, 2**29, 16, 1))
+    k = _meta(2, 8, 2, 16)
+    with pytest.raises(V.IndexOverflowError, match="q: offset"):
         mha.flash_attn_func(q, k, k)
 
 
-def test_offset_overflow_from_strides_on_meta_tensors():
-    """A small view whose strides reach far (a slice of a huge buffer) is refused too."""
-    q = torch.empty(2, 8, 2, 16, device="meta", dtype=torch.float16).as_strided((2, 8, 2, 16), (2**31, 32, 16, 1))
-    k = torch.empty(2, 8, 2, 16, device="meta", dtype=torch.float16)
-    with pytest.raises(V.IndexOverflowError, match="q: largest element offset"):
-        mha.flash_attn_func(q, k, k)
-
-
-def test_output_overflow_detected_on_meta_tensors():
-    """Inputs that fit but whose output (Dv > Dqk) would not."""
-    q = torch.empty(1, 2**20, 16, 64, device="meta", dtype=torch.float16)
-    k = torch.empty(1, 16, 1, 64, device="meta", dtype=torch.float16)
-    v = torch.empty(1, 16, 1, 256, device="meta", dtype=torch.float16)
-    with pytest.raises(V.IndexOverflowError, match="out: largest element offset"):
+def test_output_slice_overflow_detected_on_meta_tensors():
+    """Inputs that fit but whose output slice (Dv > Dqk, allocated contiguous) would not."""
+    q = _meta(1, 2**17, 128, 64)   # slice: 2^17 rows x 8192 -> fits
+    k = _meta(1, 16, 1, 64)
+    v = _meta(1, 16, 1, 256)       # out rows are 128 x 256 = 32768 elements -> 2^32
+    with pytest.raises(V.IndexOverflowError, match="out: offset"):
         mha.flash_attn_func(q, k, v)
+
+
+def test_varlen_offsets_use_longest_sequence_not_total():
+    """Packed tensors: the sequence start is int64 in the kernels, so only the longest sequence
+    counts. 3 x 2^17 rows of 8192 elements pass 2^31 in total but fit per sequence."""
+    q = _meta(3 * 2**17, 128, 64)
+    out = _meta(3 * 2**17, 128, 64)
+    assert V.max_offset(q) > V.INT32_MAX
+    V.check_attention_offsets(q, q, q, 2**17, 2**17, out)
+    with pytest.raises(V.IndexOverflowError, match="q: offset"):
+        V.check_attention_offsets(q, q, q, 2**19, 2**17, out)
+
+
+def test_large_base_offsets_are_64bit(device):
+    """Batch bases past 2^31 elements with a batch stride that fits int32 (2^30): the product
+    b * stride_b wraps in 32 bits, so this compares against the reference only with int64 bases.
+    The 8 GiB buffer is virtual (CPU allocations are lazy); only the few touched pages are written."""
+    if device != "cpu":
+        pytest.skip("CPU interpreter variant (on a GPU the 8 GiB buffer would be real memory)")
+    from mha.reference import attention
+    torch.manual_seed(0)
+    buf = torch.empty(2 * 2**30 + 4096, dtype=torch.float32)
+    views = [buf.as_strided((3, 16, 1, 16), (2**30, 16, 16, 1), storage_offset=i * 256) for i in range(3)]
+    src = [torch.randn(3, 16, 1, 16) for _ in range(3)]
+    for view, x in zip(views, src):
+        view.copy_(x)
+    q, k, v = (t.requires_grad_() for t in views)
+    assert V.max_offset(k) > V.INT32_MAX and k.stride(0) < 2**31
+    out = mha.flash_attn_func(q, k, v, causal=True)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    ref_in = [x.clone().requires_grad_() for x in src]
+    ref, _ = attention(*ref_in, causal=True)
+    ref.backward(dout.double())
+    torch.testing.assert_close(out, ref.float(), atol=1e-4, rtol=1e-4)
+    for got, want in zip((q.grad, k.grad, v.grad), ref_in):
+        torch.testing.assert_close(got, want.grad, atol=1e-4, rtol=1e-4)
 
 
 def test_dropout_counter_overflow():
     with pytest.raises(V.IndexOverflowError, match="dropout"):
         V.check_rng_range(65536, 65536, 0)
+
+
+@pytest.fixture
+def host_reads(monkeypatch):
+    """Counts the device-to-host reads cu_seqlens validation makes (each one is a sync on a GPU)."""
+    reads = []
+    real = V._host_values
+
+    def counting(t):
+        reads.append(t)
+        return real(t)
+
+    monkeypatch.setattr(V, "_host_values", counting)
+    return reads
+
+
+def test_cu_seqlens_read_once_per_tensor(host_reads, device):
+    q, k, v, cu_q, cu_k = _varlen(device)
+    for _ in range(3):
+        mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4)
+    assert [id(t) for t in host_reads] == [id(cu_q), id(cu_k)]
+    # Checks against this call's arguments still run on every call, from the cached summary.
+    with pytest.raises(V.CuSeqlensError, match="smaller than the longest sequence 5"):
+        mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 4)
+    with pytest.raises(V.CuSeqlensError, match="must equal the packed total 7"):
+        mha.flash_attn_varlen_func(q[:7], k, v, cu_q, cu_k, 5, 4)
+    assert len(host_reads) == 2
+
+
+def test_cu_seqlens_in_place_change_revalidates(host_reads, device):
+    q, k, v, cu_q, cu_k = _varlen(device)
+    mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4)
+    cu_q.add_(0)  # same values, new version: read again
+    mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4)
+    assert [id(t) for t in host_reads] == [id(cu_q), id(cu_k), id(cu_q)]
+    cu_q[1] = 9  # [0, 9, 8]: now bad
+    with pytest.raises(V.CuSeqlensError, match="non-decreasing values, got 9 then 8"):
+        mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 9, 4)
+    cu_k.view(3)[2] = 7  # through a view: the version counter is shared
+    with pytest.raises(V.CuSeqlensError, match="last entry 7 must equal the packed total 8"):
+        mha.flash_attn_varlen_func(q, k, v, cu_q.new_tensor([0, 3, 8]), cu_k, 5, 4)
+
+
+def test_cu_seqlens_new_bad_tensor_raises(device):
+    q, k, v, cu_q, cu_k = _varlen(device)
+    mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4)
+    del cu_q  # its id may be reused by the next tensor: the weakref check must not be fooled
+    bad = torch.tensor([0, 6, 5, 8], dtype=torch.int32, device=device)
+    with pytest.raises(V.CuSeqlensError, match="non-decreasing"):
+        mha.flash_attn_varlen_func(q, k, v, bad, torch.tensor([0, 2, 4, 8], dtype=torch.int32, device=device), 6, 4)
+    bad_first = torch.tensor([1, 3, 8], dtype=torch.int32, device=device)
+    with pytest.raises(V.CuSeqlensError, match="first entry 0"):
+        mha.flash_attn_varlen_func(q, k, v, bad_first, cu_k, 5, 4)
+
+
+def test_cu_seqlens_cache_entry_dropped_with_tensor(device):
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32, device=device)
+    V.check_cu_seqlens(cu, cu, 8, 8, 5, 5, cu.device)
+    key = id(cu)
+    assert key in V._cu_cache
+    del cu
+    assert key not in V._cu_cache
+
+
+def test_cu_seqlens_inference_tensors_validated_every_call(host_reads, device):
+    """Inference tensors have no version counter, so a change could not be seen: never cached."""
+    q, k, v, _, _ = _varlen(device)
+    with torch.inference_mode():
+        cu_q = torch.tensor([0, 3, 8], dtype=torch.int32, device=device)
+        cu_k = torch.tensor([0, 4, 8], dtype=torch.int32, device=device)
+        for _ in range(2):
+            mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4)
+        assert len(host_reads) == 4
+        cu_q[1] = 9
+        with pytest.raises(V.CuSeqlensError, match="non-decreasing"):
+            mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 9, 4)

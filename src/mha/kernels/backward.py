@@ -3,7 +3,7 @@ the query heads of its GQA group, so no atomics) and dQ per query block."""
 import triton
 import triton.language as tl
 
-from .common import LOG2E, dropout_keep, key_ranges, query_ranges, sequence_bounds, visible
+from .common import LOG2E, dropout_keep, key_ranges, query_ranges, sequence_bounds, slice_offset, visible
 
 
 # Values that vary per call but never change the code: not specialized (see mha.launch).
@@ -30,11 +30,12 @@ def attn_bwd_preprocess(Out, DOut, Delta, CuSeqlensQ,
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_DV)
     mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DV)
-    o = tl.load(Out + b * stride_ob + (q_start + offs_m[:, None]) * stride_os + h * stride_oh + offs_d[None, :],
-                mask=mask, other=0.0).to(tl.float32)
-    do = tl.load(DOut + b * stride_dob + (q_start + offs_m[:, None]) * stride_dos + h * stride_doh + offs_d[None, :],
-                 mask=mask, other=0.0).to(tl.float32)
-    tl.store(Delta + b * stride_lb + h * stride_lh + q_start + offs_m, tl.sum(o * do, 1),
+    # Slice bases in int64, tile offsets in int32 (see common.slice_offset).
+    O_head = Out + slice_offset(b, q_start, h, stride_ob, stride_os, stride_oh)
+    DO_head = DOut + slice_offset(b, q_start, h, stride_dob, stride_dos, stride_doh)
+    o = tl.load(O_head + offs_m[:, None] * stride_os + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(DO_head + offs_m[:, None] * stride_dos + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.store(Delta + slice_offset(b, q_start, h, stride_lb, 1, stride_lh) + offs_m, tl.sum(o * do, 1),
              mask=offs_m < seqlen_q)
 
 
@@ -113,8 +114,9 @@ def attn_bwd_dkdv(Q, K, V, DOut, Lse, Delta, DK, DV, CuSeqlensQ, CuSeqlensK,
     offs_dqk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
     n_ok = offs_n[:, None] < seqlen_k
-    K_head = K + b * stride_kb + k_start * stride_ks + hk * stride_kh
-    V_head = V + b * stride_vb + k_start * stride_vs + hk * stride_vh
+    # Slice bases in int64, tile offsets in int32 (see common.slice_offset).
+    K_head = K + slice_offset(b, k_start, hk, stride_kb, stride_ks, stride_kh)
+    V_head = V + slice_offset(b, k_start, hk, stride_vb, stride_vs, stride_vh)
     k = tl.load(K_head + offs_n[:, None] * stride_ks + offs_dqk[None, :],
                 mask=n_ok & (offs_dqk[None, :] < HEAD_DQK), other=0.0)
     v = tl.load(V_head + offs_n[:, None] * stride_vs + offs_dv[None, :],
@@ -127,10 +129,10 @@ def attn_bwd_dkdv(Q, K, V, DOut, Lse, Delta, DK, DV, CuSeqlensQ, CuSeqlensK,
     # Keys of a GQA group are shared by `group_size` query heads: sum their contributions here.
     for g in range(0, group_size):
         h = hk * group_size + g
-        Q_head = Q + b * stride_qb + q_start * stride_qs + h * stride_qh
-        DO_head = DOut + b * stride_dob + q_start * stride_dos + h * stride_doh
-        Lse_head = Lse + b * stride_lb + h * stride_lh + q_start
-        Delta_head = Delta + b * stride_lb + h * stride_lh + q_start
+        Q_head = Q + slice_offset(b, q_start, h, stride_qb, stride_qs, stride_qh)
+        DO_head = DOut + slice_offset(b, q_start, h, stride_dob, stride_dos, stride_doh)
+        Lse_head = Lse + slice_offset(b, q_start, h, stride_lb, 1, stride_lh)
+        Delta_head = Delta + slice_offset(b, q_start, h, stride_lb, 1, stride_lh)
         rng_seed_bh = rng_seed + b * num_heads_k * group_size + h
         dk, dv = _dkdv_inner(dk, dv, k, v, Q_head, DO_head, Lse_head, Delta_head, stride_qs, stride_dos,
                              offs_n, lo, full_lo, seqlen_q, diff, window_left, window_right, qk_scale,
@@ -148,8 +150,8 @@ def attn_bwd_dkdv(Q, K, V, DOut, Lse, Delta, DK, DV, CuSeqlensQ, CuSeqlensK,
                              True, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
                              BLOCK_M, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
     dk = dk * sm_scale
-    DK_head = DK + b * stride_dkb + k_start * stride_dks + hk * stride_dkh
-    DV_head = DV + b * stride_dvb + k_start * stride_dvs + hk * stride_dvh
+    DK_head = DK + slice_offset(b, k_start, hk, stride_dkb, stride_dks, stride_dkh)
+    DV_head = DV + slice_offset(b, k_start, hk, stride_dvb, stride_dvs, stride_dvh)
     tl.store(DK_head + offs_n[:, None] * stride_dks + offs_dqk[None, :], dk.to(DK.dtype.element_ty),
              mask=n_ok & (offs_dqk[None, :] < HEAD_DQK))
     tl.store(DV_head + offs_n[:, None] * stride_dvs + offs_dv[None, :], dv.to(DV.dtype.element_ty),
@@ -219,15 +221,19 @@ def attn_bwd_dq(Q, K, V, DOut, Lse, Delta, DQ, CuSeqlensQ, CuSeqlensK,
     offs_dqk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
     m_ok = offs_m < seqlen_q
-    q = tl.load(Q + b * stride_qb + (q_start + offs_m[:, None]) * stride_qs + h * stride_qh + offs_dqk[None, :],
+    # Slice bases in int64, tile offsets in int32 (see common.slice_offset).
+    Q_head = Q + slice_offset(b, q_start, h, stride_qb, stride_qs, stride_qh)
+    DO_head = DOut + slice_offset(b, q_start, h, stride_dob, stride_dos, stride_doh)
+    L_off = slice_offset(b, q_start, h, stride_lb, 1, stride_lh)
+    q = tl.load(Q_head + offs_m[:, None] * stride_qs + offs_dqk[None, :],
                 mask=m_ok[:, None] & (offs_dqk[None, :] < HEAD_DQK), other=0.0)
-    do = tl.load(DOut + b * stride_dob + (q_start + offs_m[:, None]) * stride_dos + h * stride_doh + offs_dv[None, :],
+    do = tl.load(DO_head + offs_m[:, None] * stride_dos + offs_dv[None, :],
                  mask=m_ok[:, None] & (offs_dv[None, :] < HEAD_DV), other=0.0)
     # Rows past the end load lse 0 and delta 0: their q and dO are 0, so they add nothing.
-    lse = tl.load(Lse + b * stride_lb + h * stride_lh + q_start + offs_m, mask=m_ok, other=0.0) * LOG2E
-    delta = tl.load(Delta + b * stride_lb + h * stride_lh + q_start + offs_m, mask=m_ok, other=0.0)
-    K_head = K + b * stride_kb + k_start * stride_ks + hk * stride_kh
-    V_head = V + b * stride_vb + k_start * stride_vs + hk * stride_vh
+    lse = tl.load(Lse + L_off + offs_m, mask=m_ok, other=0.0) * LOG2E
+    delta = tl.load(Delta + L_off + offs_m, mask=m_ok, other=0.0)
+    K_head = K + slice_offset(b, k_start, hk, stride_kb, stride_ks, stride_kh)
+    V_head = V + slice_offset(b, k_start, hk, stride_vb, stride_vs, stride_vh)
     dq = tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32)
     rng_seed_bh = rng_seed + bh
     row_last = tl.minimum(m0 + BLOCK_M, seqlen_q) - 1
@@ -249,5 +255,6 @@ def attn_bwd_dq(Q, K, V, DOut, Lse, Delta, DQ, CuSeqlensQ, CuSeqlensK,
                    True, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
                    BLOCK_N, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
     dq = dq * sm_scale
-    tl.store(DQ + b * stride_dqb + (q_start + offs_m[:, None]) * stride_dqs + h * stride_dqh + offs_dqk[None, :],
+    DQ_head = DQ + slice_offset(b, q_start, h, stride_dqb, stride_dqs, stride_dqh)
+    tl.store(DQ_head + offs_m[:, None] * stride_dqs + offs_dqk[None, :],
              dq.to(DQ.dtype.element_ty), mask=m_ok[:, None] & (offs_dqk[None, :] < HEAD_DQK))

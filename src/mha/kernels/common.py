@@ -87,10 +87,24 @@ def query_ranges(col_first, col_last, seqlen_q, diff, window_left, window_right,
 
 @triton.jit
 def sequence_bounds(CuSeqlens, batch, seqlen, IS_VARLEN: tl.constexpr):
-    """(start row in the packed tensor, length) of sequence `batch`; dense: (0, seqlen)."""
+    """(start row in the packed tensor, length) of sequence `batch`; dense: (0, seqlen).
+
+    The start is int64: start * stride_s is a base offset and may pass 2^31 in a large packed
+    tensor; the length stays int32 (it only bounds in-sequence tile offsets)."""
     if IS_VARLEN:
         start = tl.load(CuSeqlens + batch)
         end = tl.load(CuSeqlens + batch + 1)
-        return start, end - start
+        return start.to(tl.int64), end - start
     else:
         return 0, seqlen
+
+
+@triton.jit
+def slice_offset(b, start, h, stride_b, stride_s, stride_h):
+    """Element offset of row `start` of (batch b, head h) in int64.
+
+    Index-math policy: the base of each (batch, head) slice is the only int64 arithmetic (a few
+    scalar ops per program); offsets inside a slice (row * stride_s + col of a tile) stay int32,
+    which mha.validation guarantees fit. b and h are int32 scalars, start is int64 (varlen) or 0.
+    """
+    return b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h + start * stride_s

@@ -2,7 +2,7 @@
 import triton
 import triton.language as tl
 
-from .common import dropout_keep
+from .common import dropout_keep, slice_offset
 
 
 @triton.jit
@@ -17,5 +17,5 @@ def dropout_mask_kernel(Mask, stride_mb, stride_mh, stride_mm, seqlen_q, seqlen_
     for start_n in range(0, seqlen_k, BLOCK_N):
         offs_n = start_n + offs_n0
         keep = dropout_keep(rng_seed + bh, rng_offset, offs_m[:, None], offs_n[None, :], rng_stride, dropout_p)
-        tl.store(Mask + b * stride_mb + h * stride_mh + offs_m[:, None] * stride_mm + offs_n[None, :],
+        tl.store(Mask + slice_offset(b, 0, h, stride_mb, 0, stride_mh) + offs_m[:, None] * stride_mm + offs_n[None, :],
                  keep.to(tl.int8), mask=(offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k))

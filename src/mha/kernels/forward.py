@@ -2,7 +2,7 @@
 import triton
 import triton.language as tl
 
-from .common import LN2, LOG2E, dropout_keep, key_ranges, sequence_bounds, visible
+from .common import LN2, LOG2E, dropout_keep, key_ranges, sequence_bounds, slice_offset, visible
 
 
 @triton.jit
@@ -94,9 +94,10 @@ def attn_fwd(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
     offs_dqk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
     # IS_VARLEN: the launcher passes batch strides of 0, sequences are found through cu_seqlens.
-    Q_head = Q + b * stride_qb + q_start * stride_qs + h * stride_qh
-    K_head = K + b * stride_kb + k_start * stride_ks + hk * stride_kh
-    V_head = V + b * stride_vb + k_start * stride_vs + hk * stride_vh
+    # Slice bases in int64 (tensors may exceed 2^31 elements), tile offsets below in int32.
+    Q_head = Q + slice_offset(b, q_start, h, stride_qb, stride_qs, stride_qh)
+    K_head = K + slice_offset(b, k_start, hk, stride_kb, stride_ks, stride_kh)
+    V_head = V + slice_offset(b, k_start, hk, stride_vb, stride_vs, stride_vh)
     q_mask = (offs_m[:, None] < seqlen_q) & (offs_dqk[None, :] < HEAD_DQK)
     q = tl.load(Q_head + offs_m[:, None] * stride_qs + offs_dqk[None, :], mask=q_mask, other=0.0)
 
@@ -136,7 +137,7 @@ def attn_fwd(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2)
     row_ok = offs_m < seqlen_q
-    O_head = Out + b * stride_ob + q_start * stride_os + h * stride_oh
+    O_head = Out + slice_offset(b, q_start, h, stride_ob, stride_os, stride_oh)
     tl.store(O_head + offs_m[:, None] * stride_os + offs_dv[None, :], out.to(Out.dtype.element_ty),
              mask=row_ok[:, None] & (offs_dv[None, :] < HEAD_DV))
-    tl.store(Lse + b * stride_lb + h * stride_lh + q_start + offs_m, lse, mask=row_ok)
+    tl.store(Lse + slice_offset(b, q_start, h, stride_lb, 1, stride_lh) + offs_m, lse, mask=row_ok)
