@@ -60,23 +60,24 @@ def test_measure_shape_times_every_dispatch_and_plants_slowdown():
     assert statistics.median(t for r in planted for t in r) > statistics.median(t for r in reps for t in r) * 1.2
 
 
-def _torch_python() -> str | None:
-    """A Python with torch: $MHA_CI_TEST_TORCH_PYTHON, else this one if it has torch."""
+def _torch_python() -> str:
+    """A Python with torch: $MHA_CI_TEST_TORCH_PYTHON, else the golden toolchain's venv (built or
+    reused through the venv executor, as `mha-ci run` would)."""
     candidate = os.environ.get("MHA_CI_TEST_TORCH_PYTHON")
     if candidate:
         return candidate
-    try:
-        import torch  # noqa: F401
-        return sys.executable
-    except ImportError:
-        return None
+    from mha_ci.executors.venv import VenvExecutor
+    from mha_ci.model.loader import load_pipeline
+
+    root = SRC.parent
+    pipeline = load_pipeline(root)
+    env = VenvExecutor(root).ensure_env(pipeline.toolchains["triton-3.4"])
+    return str(env / "bin" / "python")
 
 
+@pytest.mark.slow
 def test_whole_payload_on_cpu_with_sdpa(tmp_path):
     python = _torch_python()
-    if python is None:
-        pytest.skip("no torch in this Python; set MHA_CI_TEST_TORCH_PYTHON to a toolchain venv's python "
-                    "(e.g. .cache/mha-ci/venvs/<toolchain>/bin/python) to run the payload end to end")
     from mha_ci.perf.buckets import bucket_of
     from mha_ci.perf.shapes import Shape
     from mha_ci.perf.workloads import Origin, Workload
