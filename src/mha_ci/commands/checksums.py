@@ -1,11 +1,108 @@
-"""mha-ci checksums (placeholder until its owner lands it)."""
-from mha_ci.errors import ConfigError
+"""mha-ci checksums compute | verify | update: code objects of every kernel variant.
+
+    mha-ci checksums compute [--toolchain T] [--arch A] [--executor E] [--out D]
+    mha-ci checksums verify  [...]   exit 1 on any added / removed / changed variant, compile
+                                      error or nondeterministic compile
+    mha-ci checksums update  [...]   rewrite perf_baselines/code_objects/<toolchain>.json
+
+--toolchain and --arch repeat (or take comma lists); default every toolchain of
+pipelines/toolchains.yaml and every arch with a compile_target. `--toolchain host` records what
+the interpreter running the payload has installed (use with `--executor host`, e.g. on the
+H200, whose image has Triton 3.6). Files: <out>/code_objects/<toolchain>.json (fresh records),
+<toolchain>.verify.txt / .verify.json (the comparison).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mha_ci.errors import ConfigError, ExitCode
+from mha_ci.model.types import Toolchain
+
+ACTIONS = ("compute", "verify", "update")
+HOST = "host"
 
 
-def register(sub):
-    p = sub.add_parser("checksums", help="(not yet implemented)")
-    p.set_defaults(handler=_handler)
+def register(sub) -> None:
+    p = sub.add_parser("checksums", help="compile every kernel variant ahead of time and check its code object",
+                       description=__doc__.split("\n\n", 1)[0])
+    p.add_argument("action", choices=ACTIONS)
+    p.add_argument("--toolchain", action="append", default=None, help="toolchain name, or 'host' (repeatable)")
+    p.add_argument("--arch", action="append", default=None, help="arch with a compile target (repeatable)")
+    p.add_argument("--executor", choices=("venv", "docker", "host"), default=None,
+                   help="where the compile runs (default: venv; host for --toolchain host)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: <root>/out)")
+    p.add_argument("--jobs", type=int, default=None, help="compile processes (default: all cores)")
+    p.add_argument("--only", default=None, help="only variants whose key contains this (development aid; "
+                                                 "verify then compares only those)")
+    p.add_argument("--no-cache", action="store_true", help="compile everything (no on-disk compile cache)")
+    p.set_defaults(handler=handle)
 
 
-def _handler(args):
-    raise ConfigError("mha-ci checksums is not implemented yet")
+def _split(values: list[str] | None) -> list[str]:
+    return [v.strip() for value in (values or []) for v in value.split(",") if v.strip()]
+
+
+def host_toolchain(root: Path) -> Toolchain:
+    return Toolchain(name=HOST, role="whatever the host has installed", lock=Path(root) / "no-lock",
+                     container_dir=Path(root), pins={})
+
+
+def resolve(pipeline, args) -> tuple[list[Toolchain], list]:
+    from mha_ci.model.yaml_source import closest
+    names = _split(args.toolchain) or list(pipeline.toolchains)
+    toolchains = []
+    for name in names:
+        if name == HOST:
+            toolchains.append(host_toolchain(args.root))
+        elif name in pipeline.toolchains:
+            toolchains.append(pipeline.toolchains[name])
+        else:
+            raise ConfigError(f"unknown toolchain '{name}' (known: {', '.join([*pipeline.toolchains, HOST])})",
+                              key="--toolchain", suggestion=closest(name, [*pipeline.toolchains, HOST]))
+    compilable = {n: a for n, a in pipeline.archs.items() if a.compile_target is not None}
+    arch_names = _split(args.arch) or list(compilable)
+    archs = []
+    for name in arch_names:
+        if name not in compilable:
+            raise ConfigError(f"arch '{name}' has no compile target (archs with one: {', '.join(compilable)})",
+                              key="--arch", suggestion=closest(name, list(compilable)))
+        archs.append(compilable[name])
+    return toolchains, archs
+
+
+def handle(args) -> int:
+    from mha_ci.checksums import job as checksums_job
+    from mha_ci.commands.run import make_executor
+    from mha_ci.model.loader import load_pipeline
+
+    pipeline = load_pipeline(args.root)
+    toolchains, archs = resolve(pipeline, args)
+    out_dir = (args.out if args.out is not None else args.root / "out").resolve()
+    worst = ExitCode.OK
+    for toolchain in toolchains:
+        executor_name = args.executor or (HOST if toolchain.name == HOST else "venv")
+        executor = make_executor(executor_name, args.root)
+        computed = checksums_job.compute(args.root, toolchain, archs, executor, out_dir, jobs=args.jobs,
+                                         only=args.only, use_cache=not args.no_cache)
+        stats = computed.codeobjs.stats or {}
+        print(f"mha-ci: {toolchain.name}: {len(computed.codeobjs.records)} code objects -> {computed.path} "
+              f"({stats.get('total_s', '?')} s; {stats.get('cached', '?')} cached, {stats.get('compiled', '?')} compiled)")
+        verdict = checksums_job.judge(args.root, computed, archs, args.only)
+        if args.action == "update":
+            path, differences = checksums_job.update(args.root, computed, archs, args.only)
+            changed = [d for d in differences if d.status != "note"]
+            print(f"mha-ci: {toolchain.name}: wrote {path} ({len(changed)} variants differ from the previous file)")
+            for d in changed:
+                print(f"  {d.status:<8} {d.describe()}")
+            continue
+        checksums_job.write_verdict(out_dir, verdict)
+        if args.action == "verify":
+            print(verdict.table, end="")
+            if verdict.failed:
+                worst = max(worst, ExitCode.GATE_FAILED)
+        else:   # compute: the records are the product; a compile error or nondeterminism still fails
+            if verdict.compile_errors or verdict.nondeterministic:
+                print(verdict.table, end="", file=sys.stderr)
+                worst = max(worst, ExitCode.GATE_FAILED)
+    return int(worst)

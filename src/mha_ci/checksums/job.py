@@ -1,0 +1,212 @@
+"""Checksums on the orchestrating side: run the payload through an executor, compare, gate.
+
+`compute` runs `mha_ci.payloads.checksums compute` in the toolchain (venv, docker or host) and
+reads back out/code_objects/<toolchain>.json. `verify` compares it with
+perf_baselines/code_objects/<toolchain>.json and fails on any difference, on a compile error,
+or when the two fresh compiles of the determinism sample disagree (reported separately: that
+is a toolchain problem, not a kernel change). `update` rewrites the stored file atomically.
+`run_job` is the runner's entry for kind "checksums" (one job per toolchain, all GPU archs).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mha_ci.checksums import records as records_mod
+from mha_ci.checksums.diff import Difference, compare, render
+from mha_ci.checksums.explain import explain
+from mha_ci.errors import EnvironmentProblem, ExitCode, MhaCiError
+from mha_ci.executors.base import Executor, PayloadRun
+from mha_ci.model.types import Arch, Toolchain
+
+STORED_DIR = Path("perf_baselines") / "code_objects"
+OUT_SUBDIR = "code_objects"
+PAYLOAD_TIMEOUT_S = 4 * 3600
+
+
+class ChecksumsNoResult(MhaCiError):
+    """The payload produced no record file (crash, timeout): a failure, never a pass."""
+    exit_code = ExitCode.GATE_FAILED
+
+
+def stored_path(root: Path, toolchain: str) -> Path:
+    return Path(root) / STORED_DIR / f"{toolchain}.json"
+
+
+def cache_dir(root: Path) -> Path:
+    """$MHA_CI_CHECKSUMS_CACHE, else <$MHA_CI_CACHE or <root>/.cache/mha-ci>/checksums."""
+    if os.environ.get("MHA_CI_CHECKSUMS_CACHE"):
+        return Path(os.environ["MHA_CI_CHECKSUMS_CACHE"]).resolve()
+    override = os.environ.get("MHA_CI_CACHE")
+    return (Path(override).resolve() if override else Path(root) / ".cache" / "mha-ci") / "checksums"
+
+
+def compile_archs(archs) -> list[Arch]:
+    return [a for a in archs if a.compile_target is not None]
+
+
+@dataclass
+class Computed:
+    codeobjs: records_mod.CodeObjectFile
+    path: Path
+    wall_s: float
+
+
+def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Executor, out_dir: Path, *,
+            job_arch: Arch | None = None, jobs: int | None = None, only: str | None = None,
+            package: str = "mha", determinism_sample: int = 3, use_cache: bool = True) -> Computed:
+    targets = compile_archs(archs)
+    if not targets:
+        raise MhaCiError("no arch with a compile_target selected (archs.yaml compile_target)")
+    relative = f"{OUT_SUBDIR}/{toolchain.name}.json"
+    args = ["compute", "--out", relative, "--package", package, "--determinism-sample", str(determinism_sample)]
+    for arch in targets:
+        backend, target_arch, warp = arch.compile_target
+        args += ["--target", f"{arch.name}={backend}:{target_arch}:{warp}"]
+    if use_cache:
+        args += ["--cache-dir", str(cache_dir(root) / toolchain.name)]
+    if toolchain.lock and Path(toolchain.lock).is_file():
+        args += ["--lock-sha256", hashlib.sha256(Path(toolchain.lock).read_bytes()).hexdigest()]
+    if jobs:
+        args += ["--jobs", str(jobs)]
+    if only:
+        args += ["--only", only]
+    out_file = Path(out_dir) / relative
+    if out_file.exists():
+        out_file.unlink()          # never read a previous run's file as this run's result
+    result = executor.run(PayloadRun(module="checksums", args=tuple(args), toolchain=toolchain,
+                                     arch=job_arch or targets[0], out_dir=Path(out_dir),
+                                     timeout_s=PAYLOAD_TIMEOUT_S, log_prefix=f"checksums {toolchain.name}"))
+    if result.error or result.timed_out or not out_file.is_file() or result.exit_code not in (0, 1):
+        raise ChecksumsNoResult(f"checksums payload for {toolchain.name} produced no result "
+                                f"(exit {result.exit_code}{', ' + result.error if result.error else ''}); "
+                                "see its output above")
+    return Computed(records_mod.load(out_file), out_file, float(result.provenance.get("wall_s", 0.0)))
+
+
+@dataclass
+class Verdict:
+    toolchain: str
+    differences: list[Difference] = field(default_factory=list)
+    compile_errors: list[dict] = field(default_factory=list)
+    determinism: dict | None = None
+    missing_stored: bool = False
+    table: str = ""
+
+    @property
+    def nondeterministic(self) -> bool:
+        return self.determinism is not None and not self.determinism.get("agree", False)
+
+    @property
+    def failed(self) -> bool:
+        return (self.missing_stored or bool(self.compile_errors) or self.nondeterministic
+                or any(d.is_failure for d in self.differences))
+
+    def to_json(self) -> dict:
+        return {"toolchain": self.toolchain, "failed": self.failed, "missing_stored": self.missing_stored,
+                "nondeterministic": self.nondeterministic, "determinism": self.determinism,
+                "compile_errors": self.compile_errors,
+                "differences": [{"status": d.status, "key": d.key, "describe": d.describe(), "why": d.why,
+                                 "deltas": {k: list(v) for k, v in d.deltas.items()}} for d in self.differences]}
+
+
+def judge(root: Path, computed: Computed, archs: list[Arch], only: str | None = None) -> Verdict:
+    """Compare with the stored file, restricted to the archs computed."""
+    fresh = computed.codeobjs
+    name = fresh.toolchain.get("name", computed.path.stem)
+    names = [a.name for a in compile_archs(archs)]
+    verdict = Verdict(toolchain=computed.path.stem, compile_errors=list(fresh.errors), determinism=fresh.determinism)
+    path = stored_path(root, computed.path.stem)
+    lines = []
+    if not path.is_file():
+        verdict.missing_stored = True
+        lines.append(f"no stored checksums for {name}: {path} does not exist "
+                     f"(run `mha-ci checksums update --toolchain {computed.path.stem}`)")
+    else:
+        stored = records_mod.load(path).only_archs(names).only_keys(only)
+        verdict.differences = explain(compare(stored, fresh.only_archs(names)), stored, fresh)
+        lines.append(render(verdict.differences, title=f"code objects of {computed.path.stem} vs {path.relative_to(root)}"
+                            if path.is_relative_to(root) else f"code objects vs {path}",
+                            total=len(fresh.records)).rstrip())
+    by_cause: dict[str, list[str]] = {}
+    for error in verdict.compile_errors:
+        by_cause.setdefault(records_mod.error_summary(error["error"])[:400], []).append(error["key"])
+    for cause, keys in sorted(by_cause.items(), key=lambda item: -len(item[1])):
+        shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+        lines.append(f"  COMPILE ERROR ({len(keys)} variants) {shown}: {cause}")
+    if verdict.nondeterministic:
+        det = verdict.determinism
+        lines.append("  NONDETERMINISTIC: two fresh compiles of the same variant gave different code objects:")
+        for m in det.get("mismatches", []):
+            lines.append(f"    {m['key']}: record {str(m['record'])[:16]}, fresh {str(m['fresh_1'])[:16]}, "
+                         f"fresh {str(m['fresh_2'])[:16]}")
+        for p in det.get("problems", []):
+            lines.append(f"    {p.splitlines()[-1] if p else p}")
+    elif verdict.determinism is not None:
+        lines.append(f"  determinism: {len(verdict.determinism.get('sample', []))} variants compiled twice "
+                     "in fresh processes: identical")
+    verdict.table = "\n".join(lines) + "\n"
+    return verdict
+
+
+def write_verdict(out_dir: Path, verdict: Verdict) -> list[Path]:
+    base = Path(out_dir) / OUT_SUBDIR
+    base.mkdir(parents=True, exist_ok=True)
+    text, data = base / f"{verdict.toolchain}.verify.txt", base / f"{verdict.toolchain}.verify.json"
+    text.write_text(verdict.table)
+    data.write_text(json.dumps(verdict.to_json(), indent=1) + "\n")
+    return [text, data]
+
+
+def update(root: Path, computed: Computed, archs: list[Arch], only: str | None = None) -> tuple[Path, list[Difference]]:
+    """Rewrite the stored file (atomically); with an arch subset, the other archs' records stay.
+    Refuses to store a run with compile errors or a failed determinism check."""
+    fresh = computed.codeobjs
+    if fresh.errors:
+        raise MhaCiError(f"not updating: {len(fresh.errors)} variants failed to compile (first: {fresh.errors[0]['key']})")
+    if fresh.determinism is not None and not fresh.determinism.get("agree", False):
+        raise MhaCiError("not updating: the determinism check failed (two fresh compiles disagree)")
+    path = stored_path(root, computed.path.stem)
+    stored = records_mod.load(path) if path.is_file() else None
+    names = [a.name for a in compile_archs(archs)]
+    merged = records_mod.merge(stored, fresh, names, only)
+    merged = records_mod.CodeObjectFile(merged.toolchain, merged.records)
+    differences = explain(compare(stored, merged), stored, merged) if stored else []
+    records_mod.dump(merged, path, stored=True)
+    return path, differences
+
+
+def run_job(job, pipeline, executor: Executor, out_dir: Path):
+    """Runner entry for kind "checksums": verify one toolchain on every arch with a compile target."""
+    from mha_ci.jobs import JobResult
+
+    toolchain = pipeline.toolchains.get(job.toolchain)
+    if toolchain is None:
+        raise EnvironmentProblem(f"toolchain {job.toolchain} is not in the pipeline")
+    archs = compile_archs(pipeline.archs.values())
+    computed = compute(pipeline.root, toolchain, archs, executor, Path(out_dir), job_arch=pipeline.archs.get(job.arch))
+    verdict = judge(pipeline.root, computed, archs)
+    artifacts = [computed.path, *write_verdict(out_dir, verdict)]
+    print(verdict.table, end="")
+    failures = [d for d in verdict.differences if d.is_failure]
+    if verdict.failed:
+        parts = []
+        if verdict.missing_stored:
+            parts.append("no stored checksums")
+        if failures:
+            parts.append(f"{len(failures)} variants differ")
+        if verdict.compile_errors:
+            parts.append(f"{len(verdict.compile_errors)} compile errors")
+        if verdict.nondeterministic:
+            parts.append("nondeterministic compile")
+        message, result_verdict, code = "; ".join(parts), "fail", ExitCode.GATE_FAILED
+    else:
+        message, result_verdict, code = f"{len(computed.codeobjs.records)} code objects match", "pass", ExitCode.OK
+    return JobResult(job_id=job.id, kind=job.kind, verdict=result_verdict, exit_code=code, message=message,
+                     artifacts=[str(Path(p).relative_to(out_dir)) for p in artifacts],
+                     timings={"payload": computed.wall_s},
+                     details={"variants": len(computed.codeobjs.records), "stats": computed.codeobjs.stats,
+                              "verdict": verdict.to_json()})

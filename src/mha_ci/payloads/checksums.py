@@ -1,0 +1,265 @@
+"""Checksums payload: compile every kernel variant ahead of time and record its code object.
+
+    python -m mha_ci.payloads.checksums compute --target sm90=cuda:90:32 --target gfx950=hip:gfx950:64 \
+        --out code_objects/triton-3.4.json [--cache-dir DIR] [--jobs N] [--determinism-sample 3] \
+        [--lock-sha256 HEX] [--package mha] [--only SUBSTRING]
+    python -m mha_ci.payloads.checksums sample --target ... --keys K1,K2 --out FILE   (internal)
+
+Runs inside the toolchain environment (stdlib + triton + the kernel package). `compute` writes
+an mha-ci.codeobj/1 file (plus run details: determinism, errors, stats) and exits
+0 all variants compiled and the determinism sample agreed, 1 a variant failed to compile or
+the sample disagreed, 3 the environment cannot compile a target (pins, missing ld.lld).
+
+Determinism: a few variants (one per arch by default) are compiled again in two fresh
+processes, each with its own empty Triton cache and no use of our cache; all three hashes
+(the run's record and both fresh compiles) must agree.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["TRITON_DISABLE_LINE_INFO"] = "1"   # before anything imports triton (FACTS.md: path leak)
+
+from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_NO_RESULT, EXIT_OK, out_path  # noqa: E402
+
+SAMPLE_PREFERENCE = ("/forward/", "fp16-d128-causal")
+MAX_FAILURES_SHOWN = 5
+
+
+def _targets(values: list[str]) -> list[tuple[str, "object"]]:
+    from mha_ci.checksums.compile import CompileTarget
+    out = []
+    for value in values:
+        arch, _, spec = value.partition("=")
+        out.append((arch, CompileTarget.parse(spec)))
+    return out
+
+
+def _log(message: str) -> None:
+    print(f"checksums: {message}", flush=True)
+
+
+def _toolchain_info(args, package_dir: Path) -> dict:
+    from mha_ci.payloads import pincheck
+    spec = json.loads(os.environ.get("MHA_CI_PINS", '{"toolchain": "unnamed", "pins": {}}'))
+    found = pincheck.versions(dict(spec.get("pins", {})))
+    info = {"name": spec.get("toolchain", "unnamed"), "lock_sha256": args.lock_sha256 or None,
+            **{k: v for k, v in found.items() if k in ("triton", "torch", "python")}}
+    return info
+
+
+def _variants(targets, package: str, only: str | None):
+    from mha_ci.checksums.variants import enumerate_variants
+    key_filter = (lambda key: only in key) if only else None
+    out = []
+    for arch, target in targets:
+        out += enumerate_variants(arch, target, package, key_filter)
+    return out
+
+
+def compute(args) -> int:
+    from mha_ci.checksums.cache import CompileCache, cache_key, file_digest, tree_digest
+    from mha_ci.checksums.compile import ToolchainEnvironmentError, cleanup_triton_cache, compile_all, \
+        prepare_environment
+    from mha_ci.checksums.records import CodeObjectFile, CodeObjectRecord, dump, error_summary
+    from mha_ci.payloads import pincheck
+
+    pincheck.enforce()
+    started = time.monotonic()
+    targets = _targets(args.target)
+    try:
+        chosen = prepare_environment([t for _, t in targets])
+    except ToolchainEnvironmentError as exc:
+        print(f"checksums: environment error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_ENVIRONMENT
+    import importlib
+    import triton
+    package_dir = Path(importlib.import_module(args.package).__file__).parent
+    toolchain = _toolchain_info(args, package_dir)
+    toolchain["triton"] = triton.__version__
+    _log(f"triton {triton.__version__}, {', '.join(f'{k}={v}' for k, v in chosen.items())}")
+
+    variants = _variants(targets, args.package, args.only)
+    enumerated = time.monotonic()
+    _log(f"{len(variants)} variants for {', '.join(a for a, _ in targets)} (enumerated in {enumerated - started:.1f} s)")
+    sources = tree_digest(package_dir)
+    config_mod = importlib.import_module(f"{args.package}.config")
+    config_digest = {arch: file_digest(Path(config_mod.config_path(arch))) for arch, _ in targets}
+    key_toolchain = {"name": toolchain["name"], "lock": toolchain["lock_sha256"], "triton": triton.__version__,
+                     "env": chosen}
+    cache = CompileCache(Path(args.cache_dir) if args.cache_dir else None)
+    keys = {v.key: cache_key(sources=sources, config=config_digest[v.arch], identity=v.task.identity(),
+                             toolchain=key_toolchain) for v in variants}
+    results, todo = {}, []
+    for variant in variants:
+        hit = cache.get(keys[variant.key])
+        if hit is not None:
+            results[variant.key] = hit
+        else:
+            todo.append(variant.task)
+    _log(f"{len(results)} from cache, {len(todo)} to compile on {args.jobs} processes")
+    done = [0]
+    failed: list[str] = []
+    last = [time.monotonic()]
+
+    def entry_of(result) -> dict:
+        return {"sha256": result.sha256, "shared_bytes": result.shared_bytes, "registers": result.registers,
+                "spills": result.spills, "extra": result.extra, "seconds": result.seconds, "error": result.error}
+
+    def progress(result) -> None:
+        # cached as each compile lands: an interrupted run keeps what it finished
+        results[result.key] = entry_of(result)
+        cache.put(keys[result.key], results[result.key])
+        done[0] += 1
+        if result.error:
+            failed.append(result.key)
+            if len(failed) <= MAX_FAILURES_SHOWN:      # the rest are counted by cause at the end
+                _log(f"FAILED {result.key}: {error_summary(result.error)[:300]}")
+        if time.monotonic() - last[0] > 15 or done[0] == len(todo):
+            last[0] = time.monotonic()
+            _log(f"compiled {done[0]}/{len(todo)} ({last[0] - enumerated:.0f} s)")
+
+    compile_all(todo, args.jobs, progress)
+    compiled_at = time.monotonic()
+
+    records, errors = [], []
+    for variant in variants:
+        entry = results[variant.key]
+        if entry.get("error"):
+            errors.append({"key": variant.key, "error": entry["error"]})
+            continue
+        records.append(CodeObjectRecord(
+            key=variant.key, arch=variant.arch, bucket=variant.bucket, sha256=entry["sha256"],
+            shared_bytes=entry["shared_bytes"], registers=entry["registers"], spills=entry["spills"],
+            pass_=variant.pass_, kernel=variant.kernel, num_warps=variant.task.num_warps,
+            num_stages=variant.task.num_stages, config=variant.config, config_hash=variant.config_hash,
+            source_hash=variant.source_hash, inputs_hash=variant.inputs_hash, problem=variant.problem, extra=entry.get("extra", {})))
+    if errors:
+        by_cause: dict[str, list[str]] = {}
+        for error in errors:
+            by_cause.setdefault(error_summary(error["error"])[:200], []).append(error["key"])
+        for cause, keys in sorted(by_cause.items(), key=lambda item: -len(item[1])):
+            _log(f"{len(keys)} variants failed to compile with: {cause} (e.g. {keys[0]})")
+    determinism = check_determinism(args, records, variants) if args.determinism_sample > 0 else None
+    if determinism is not None and tree_digest(package_dir) != sources:
+        # the fresh compiles saw other sources than the main run: their disagreement is an edit
+        # made during the run, not a nondeterministic compiler
+        determinism["agree"] = False
+        determinism["problems"].append(f"the kernel package {package_dir} changed during the run; run again")
+    stats = {"variants": len(variants), "cached": len(variants) - len(todo), "compiled": len(todo),
+             "jobs": args.jobs, "enumerate_s": round(enumerated - started, 2),
+             "compile_s": round(compiled_at - enumerated, 2),
+             "determinism_s": round(time.monotonic() - compiled_at, 2),
+             "total_s": round(time.monotonic() - started, 2)}
+    dump(CodeObjectFile(toolchain, tuple(records), determinism, tuple(errors), stats), out_path(args.out))
+    cleanup_triton_cache()
+    _log(f"{len(records)} records, {len(errors)} compile errors, wrote {out_path(args.out)} "
+         f"({stats['total_s']:.1f} s: {stats['cached']} cached, {stats['compiled']} compiled)")
+    if errors:
+        return EXIT_GATE_FAILED
+    if determinism is not None and not determinism["agree"]:
+        return EXIT_GATE_FAILED
+    return EXIT_OK
+
+
+def pick_sample(records, count: int) -> list[str]:
+    """One variant per arch first (a typical forward kernel), then more, in a fixed order."""
+    by_arch: dict[str, list] = {}
+    def rank(record) -> tuple:
+        return (-sum(p in record.key for p in SAMPLE_PREFERENCE), record.key)
+
+    for record in sorted(records, key=rank):
+        by_arch.setdefault(record.arch, []).append(record.key)
+    picked, round_ = [], 0
+    while len(picked) < count and any(len(keys) > round_ for keys in by_arch.values()):
+        for keys in by_arch.values():
+            if len(keys) > round_ and len(picked) < count:
+                picked.append(keys[round_])
+        round_ += 1
+    return picked
+
+
+def check_determinism(args, records, variants) -> dict:
+    sample = pick_sample(records, args.determinism_sample)
+    archs = {v.arch for v in variants if v.key in sample}
+    targets = [t for t in args.target if t.split("=", 1)[0] in archs]
+    _log(f"determinism: compiling {len(sample)} variants in two fresh processes")
+    runs, problems = [], []
+    with tempfile.TemporaryDirectory(prefix="mha-ci-determinism-") as tmp:
+        procs = []
+        for i in range(2):
+            out = Path(tmp) / f"run{i}.json"
+            env = {k: v for k, v in os.environ.items() if k != "TRITON_CACHE_DIR"}
+            cmd = [sys.executable, "-m", "mha_ci.payloads.checksums", "sample", "--package", args.package,
+                   "--keys", ",".join(sample), "--out", str(out), *[x for t in targets for x in ("--target", t)]]
+            procs.append((subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+                          out))
+        for proc, out in procs:
+            log = proc.communicate()[0]
+            if proc.returncode != 0 or not out.is_file():
+                problems.append(f"fresh compile process exited {proc.returncode}: {log.strip()[-800:]}")
+                runs.append({})
+            else:
+                runs.append(json.loads(out.read_text()))
+    recorded = {r.key: r.sha256 for r in records}
+    mismatches = []
+    for key in sample:
+        seen = [recorded.get(key)] + [run.get(key) for run in runs]
+        if len(set(seen)) != 1:
+            mismatches.append({"key": key, "record": seen[0], "fresh_1": seen[1], "fresh_2": seen[2]})
+    agree = not mismatches and not problems
+    _log("determinism: " + ("identical hashes" if agree else f"DISAGREE {mismatches} {problems}"))
+    return {"sample": sample, "agree": agree, "mismatches": mismatches, "problems": problems}
+
+
+def sample(args) -> int:
+    from mha_ci.checksums.compile import compile_task, prepare_environment
+    targets = _targets(args.target)
+    prepare_environment([t for _, t in targets])        # a fresh Triton cache of its own
+    wanted = set(args.keys.split(","))
+    hashes = {}
+    for variant in _variants(targets, args.package, None):
+        if variant.key in wanted:
+            result = compile_task(variant.task)
+            hashes[variant.key] = result.sha256 or f"error: {result.error}"
+    Path(args.out).write_text(json.dumps(hashes, indent=1, sort_keys=True))
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mha_ci.payloads.checksums")
+    sub = parser.add_subparsers(dest="mode", required=True)
+    for name in ("compute", "sample"):
+        p = sub.add_parser(name)
+        p.add_argument("--target", action="append", required=True, help="ARCH=BACKEND:ARCH:WARP, repeatable")
+        p.add_argument("--out", required=True, help="output file (relative to $MHA_CI_OUT)")
+        p.add_argument("--package", default="mha", help="the kernel package (tests use a toy one)")
+    compute_p = sub.choices["compute"]
+    compute_p.add_argument("--cache-dir", default=None)
+    compute_p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    compute_p.add_argument("--determinism-sample", type=int, default=3)
+    compute_p.add_argument("--lock-sha256", default="")
+    compute_p.add_argument("--only", default=None, help="only variants whose key contains this")
+    sub.choices["sample"].add_argument("--keys", required=True)
+    args = parser.parse_args(argv)
+    try:
+        return compute(args) if args.mode == "compute" else sample(args)
+    except Exception as exc:  # noqa: BLE001 - a harness fault is "no result", not a pass
+        if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in ("triton", "torch"):
+            print(f"checksums: the toolchain lacks what the compile needs: {exc}", file=sys.stderr, flush=True)
+            return EXIT_ENVIRONMENT
+        import traceback
+        traceback.print_exc()
+        print(f"checksums: no result: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return EXIT_NO_RESULT
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
