@@ -16,7 +16,6 @@ import importlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-import pydantic
 
 from mha_ci.errors import ConfigError
 from mha_ci.model import schema
@@ -24,7 +23,7 @@ from mha_ci.model.lockfile import read_pins
 from mha_ci.model.pipeline import (ARCH_PLACEHOLDER, EventRules, KindMatrix, LabelRule, PathRule,
                                    Pipeline, Selection, Triggers)
 from mha_ci.model.types import EVENT_KINDS, JOB_KINDS, Arch, KnownFailure, Toolchain
-from mha_ci.model.yaml_source import closest, model_at, line_of, load_yaml, validate
+from mha_ci.model.yaml_source import closest, line_of, load_yaml, validate
 
 PIPELINE_FILES = ("toolchains.yaml", "archs.yaml", "jobs.yaml", "triggers.yaml", "known_failures.yaml")
 REQUIRED_PINS = ("torch", "triton")          # what every payload imports; pincheck compares them
@@ -53,7 +52,6 @@ class _Source:
         if not self.path.is_file():
             raise ConfigError(f"missing pipeline file pipelines/{filename}", file=str(self.path))
         self.raw = load_yaml(self.path)
-        _raise_misspelt_key_first(model, self.raw, self.path)
         self.spec = validate(model, self.raw, self.path)
 
     def error(self, loc: tuple, message: str, suggestion: str | None = None) -> ConfigError:
@@ -66,25 +64,6 @@ class _Source:
         if name not in known:
             raise self.error(loc, f"unknown {what} '{name}'; known: {', '.join(known)}", closest(name, known))
         return name
-
-
-def _raise_misspelt_key_first(model: type, raw: Any, path: Path) -> None:
-    """A misspelt required key gives two pydantic errors, "Field required" first and the unknown
-    key second; yaml_source.validate reports only the first, which hides the "did you mean".
-    Report the unknown key instead. (Redundant once yaml_source.validate prefers
-    extra_forbidden errors itself; see the foundation report.)"""
-    try:
-        model.model_validate(raw)
-    except pydantic.ValidationError as exc:
-        extra = next((e for e in exc.errors() if e["type"] == "extra_forbidden"), None)
-        if extra is None:
-            return
-        loc = tuple(extra["loc"])
-        owner = model_at(model, loc[:-1])
-        valid = sorted(owner.model_fields) if owner else []
-        raise ConfigError(f"unknown key '{loc[-1]}' at {' / '.join(map(str, loc))}; valid keys: {', '.join(valid)}",
-                          file=str(path), line=line_of(raw, loc), key=str(loc[-1]),
-                          suggestion=closest(str(loc[-1]), valid)) from None
 
 
 def load_pipeline(root: Path) -> Pipeline:
