@@ -83,8 +83,11 @@ def handle(args) -> int:
     for toolchain in toolchains:
         executor_name = args.executor or (HOST if toolchain.name == HOST else "venv")
         executor = make_executor(executor_name, args.root)
+        # Compiling ahead of time needs no GPU: run where the CPU jobs run (the docker executor
+        # then takes the CPU image, not the ROCm one of the first GPU arch).
+        cpu_arch = next((a for a in pipeline.archs.values() if a.device == "none"), None)
         computed = checksums_job.compute(args.root, toolchain, archs, executor, out_dir, jobs=args.jobs,
-                                         only=args.only, use_cache=not args.no_cache)
+                                         only=args.only, use_cache=not args.no_cache, job_arch=cpu_arch)
         stats = computed.codeobjs.stats or {}
         print(f"mha-ci: {toolchain.name}: {len(computed.codeobjs.records)} code objects -> {computed.path} "
               f"({stats.get('total_s', '?')} s; {stats.get('cached', '?')} cached, {stats.get('compiled', '?')} compiled)")
