@@ -195,7 +195,11 @@ def test_oom_kill_is_reported_as_an_error(client, repo_root, fake_root, tmp_path
 
 def test_ctrl_c_removes_the_container(client, repo_root, fake_root, tmp_path):
     prefix = f"ctrl-c-{uuid.uuid4().hex[:8]}"
+    # A shell that starts jobs in the background (CI runners, `cmd &`) hands them SIGINT
+    # ignored, and Python then keeps it ignored: restore the default so SIGINT is Ctrl-C.
     script = textwrap.dedent(f"""
+        import signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         import sys
         from pathlib import Path
         sys.path.insert(0, {str(repo_root / 'tests' / 'mha_ci')!r})
