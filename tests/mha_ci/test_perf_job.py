@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mha_ci.errors import EnvironmentProblem
+from mha_ci.errors import ConfigError, EnvironmentProblem
 from mha_ci.executors.base import Executor, PayloadResult
 from mha_ci.model.loader import load_pipeline
 from mha_ci.model.types import Job
@@ -96,3 +96,52 @@ def test_interleave_runs_abba_merges_and_compares(checkout, tmp_path):
 
     c = compare(docs["triton-3.4"], docs["triton-3.8"], GatePolicy(), cross_toolchain=True)
     assert c.summary["improvement"] == count
+
+
+class LockstepFake(FakeExecutor):
+    """Plays each side of the turn-taking for real (mha_ci.perf.lockstep) before answering."""
+
+    def __init__(self, fail_toolchain=None, **kw):
+        super().__init__(**kw)
+        self.fail_toolchain = fail_toolchain
+
+    def run(self, payload):
+        from mha_ci.perf import lockstep
+
+        args = dict(zip(payload.args[::2], payload.args[1::2]))
+        folder, role = lockstep.parse_spec(args["--lockstep"])
+        shapes = json.loads((payload.out_dir / args["--shapes"]).read_text())["shapes"]
+        side = lockstep.Lockstep(payload.out_dir / folder, role, len(shapes))
+        try:
+            if payload.toolchain.name == self.fail_toolchain:
+                return PayloadResult(exit_code=3)
+            for i in range(len(shapes) + 1):
+                side.wait(i)
+                side.done(i)
+        except lockstep.Stopped:
+            return PayloadResult(exit_code=4)
+        finally:
+            side.leave()
+        return super().run(payload)
+
+
+def test_lockstep_runs_both_sides_at_once_and_compares(checkout, tmp_path):
+    pipeline = load_pipeline(checkout)
+    rel = "lock"
+    _, _, count = perf_job.write_inputs(checkout, tmp_path / rel, "pr")
+    fake = LockstepFake(us=lambda key, tc: 100.0 if tc == "triton-3.4" else 90.0)
+    docs = perf_job.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel)
+    log = (tmp_path / rel / "lockstep" / "log").read_text().splitlines()
+    assert len(log) == 2 + 2 * count and [line.split()[1] for line in log[:6]] == list("ababba")
+    for tc in docs:
+        assert len(load_perf(tmp_path / rel / f"perf-{tc}.json")["results"]) == count
+    with pytest.raises(ConfigError):
+        perf_job.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.4"), "sm90", tmp_path, rel)
+
+
+def test_lockstep_failure_of_one_side_stops_the_other(checkout, tmp_path):
+    pipeline = load_pipeline(checkout)
+    perf_job.write_inputs(checkout, tmp_path / "lock", "pr")
+    fake = LockstepFake(fail_toolchain="triton-3.8")
+    with pytest.raises(EnvironmentProblem):
+        perf_job.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, "lock")

@@ -41,8 +41,10 @@ def register(sub) -> None:
     p.add_argument("--kernel", choices=("mha", "sdpa"), default="mha",
                    help="sdpa: time torch SDPA instead (harness sanity check, not a kernel measurement)")
     p.add_argument("--shape", action="append", metavar="GLOB")
-    p.add_argument("--interleave", metavar="T2", help="also measure toolchain T2, alternating chunks (ABBA)")
-    p.add_argument("--chunks", type=int, default=8, help="chunks per toolchain with --interleave (default 8)")
+    p.add_argument("--interleave", metavar="T2",
+                   help="also measure toolchain T2 on the same GPU, taking turns shape by shape (ABBA)")
+    p.add_argument("--chunks", type=int, default=None,
+                   help="with --interleave: alternate N strided chunks, one process each, instead of shapes")
     p.set_defaults(handler=cmd_measure)
 
     p = cmds.add_parser("compare", help="classify every shape of CAND against BASE (exit 1 on regression)")
@@ -107,7 +109,7 @@ def cmd_measure(args) -> int:
     from mha_ci.perf import report
     from mha_ci.perf.compare import compare
     from mha_ci.perf.config import gate_policy, load_perf_file
-    from mha_ci.perf.job import measure_interleaved, run_payload, write_inputs
+    from mha_ci.perf.job import measure_interleaved, measure_lockstep, run_payload, write_inputs
 
     pipeline = load_pipeline(args.root)
     toolchain = args.toolchain or _golden(pipeline)
@@ -117,16 +119,21 @@ def cmd_measure(args) -> int:
     _, _, count = write_inputs(args.root, out_dir / rel, args.subset, args.shape)
     executor = make_executor(args.executor, args.root)
     print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}"
-          + (f" interleaved with {args.interleave} in {args.chunks} chunks" if args.interleave else ""),
+          + (f" interleaved with {args.interleave} " + (f"in {args.chunks} chunks" if args.chunks else "per shape")
+             if args.interleave else ""),
           file=sys.stderr)
     if not args.interleave:
         run_payload(executor, pipeline, toolchain, arch, out_dir, rel, kernel=args.kernel)
         print(f"mha-ci perf: wrote {out_dir / rel / 'perf.json'}", file=sys.stderr)
         return ExitCode.OK
-    if args.chunks < 1:
+    if args.chunks is None:
+        docs = measure_lockstep(executor, pipeline, (toolchain, args.interleave), arch, out_dir, rel,
+                                kernel=args.kernel)
+    elif args.chunks < 1:
         raise ConfigError("--chunks must be at least 1", key="--chunks")
-    docs = measure_interleaved(executor, pipeline, (toolchain, args.interleave), arch, out_dir, rel,
-                               args.chunks, kernel=args.kernel)
+    else:
+        docs = measure_interleaved(executor, pipeline, (toolchain, args.interleave), arch, out_dir, rel,
+                                   args.chunks, kernel=args.kernel)
     comparison = compare(docs[toolchain], docs[args.interleave], gate_policy(load_perf_file(args.root)),
                          cross_toolchain=True)
     paths = report.write_all(comparison, out_dir / rel)

@@ -3,7 +3,7 @@
     python -m mha_ci.payloads.perf --shapes shapes.json --method method.json --out perf.json
         [--kernel mha|sdpa] [--device cuda|cpu] [--toolchain NAME] [--executor E]
         [--image-digest D] [--commit SHA] [--chunk I/N] [--keys GLOB,...]
-        [--dump-dispatches dispatches.json]
+        [--dump-dispatches dispatches.json] [--lockstep DIR:ROLE]
 
 Inputs are JSON made on the orchestrating side (`mha-ci perf shapes`), because toolchain
 environments have neither pydantic nor yaml. Relative paths resolve against $MHA_CI_OUT.
@@ -35,8 +35,13 @@ Planted slowdown (to check that the gate catches what it should): MHA_PERF_PLANT
 adds a spin kernel of 5 % of the shape's warm-up median inside every timed dispatch (after the
 attention kernel); MHA_PERF_PLANT_KEYS=glob,glob limits it to matching keys. The percentage
 is recorded in the provenance and per result, so a planted run is never mistaken for a
-baseline. Each planted spin is one extra launch: on shapes under ~100 us the launch gap adds
-a few us on top of the planted amount (the calibrate report shows the realised delta).
+baseline. Each planted spin is one extra launch; the gap it adds is measured per shape and
+taken off the spin, but on shapes where the gap alone exceeds the planted amount (a few us,
+so shapes under ~60 us) the slowdown overshoots (the calibrate report shows the realised delta).
+
+Interleaving (`--lockstep DIR:a` and `--lockstep DIR:b`, two processes, usually two
+toolchains, on one GPU): the two take turns shape by shape in ABBA order; see
+mha_ci.perf.lockstep.
 
 Exit status: 0 results written (shapes that failed carry "error"), 3 pin mismatch or no GPU,
 4 no shape could be measured.
@@ -53,6 +58,7 @@ import time
 from pathlib import Path
 
 from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_NO_RESULT, EXIT_OK, out_path
+from mha_ci.perf import lockstep
 from mha_ci.perf import provenance as prov
 from mha_ci.perf.document import DISPATCHES_SCHEMA, SCHEMA, SHAPES_SCHEMA
 from mha_ci.perf.stats import Method, dispatches_per_rep, shape_stats
@@ -219,11 +225,18 @@ def measure_shape(torch, timer, call, method: Method, plant_pct: float) -> tuple
         call()
     enqueue_us = (time.perf_counter() - t0) / 3 * 1e6
     n = dispatches_per_rep(estimate, method)
-    plant_us = estimate * plant_pct / 100.0
+    plant_us, plant_gap_us = estimate * plant_pct / 100.0, 0.0
+    if plant_pct > 0:
+        # The planted spin is a second launch: the gap between the two kernels is part of the
+        # slowdown, so it is measured and taken off the spin (small shapes may overshoot still).
+        with_spin = statistics.median(timer.one(lambda: (call(), timer.spin(0.01))) for _ in range(5))
+        plant_gap_us = max(0.0, with_spin - statistics.median(timer.one(call) for _ in range(5)))
+        plant_us = max(0.0, plant_us - plant_gap_us)
     hold_us = n * enqueue_us * 1.5 + 100.0
     reps = [timer.rep(call, n, hold_us, plant_us) for _ in range(method.reps)]
     return reps, {"first_call_s": round(first_call_s, 3), "warmup_median_us": round(estimate, 3),
-                  "enqueue_us": round(enqueue_us, 2), "planted_us": round(plant_us, 3)}
+                  "enqueue_us": round(enqueue_us, 2), "planted_us": round(plant_us, 3),
+                  "planted_gap_us": round(plant_gap_us, 3)}
 
 
 # driver ------------------------------------------------------------------------------------
@@ -293,6 +306,8 @@ def parse_args(argv):
     p.add_argument("--chunk", help="I/N: measure every N-th shape starting at the I-th (interleaving)")
     p.add_argument("--keys", help="comma-separated fnmatch patterns over shape keys")
     p.add_argument("--dump-dispatches", help="also write every per-dispatch time (us) here")
+    p.add_argument("--lockstep", metavar="DIR:ROLE",
+                   help="take turns per shape with a partner process (role a or b) through DIR")
     return p.parse_args(argv)
 
 
@@ -305,7 +320,27 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_NO_RESULT
     method = Method.from_dict(json.loads(out_path(args.method).read_text()))
     entries = select(shapes_doc["shapes"], args.chunk, args.keys)
+    lock = None
+    if args.lockstep:
+        try:
+            folder, role = lockstep.parse_spec(args.lockstep)
+        except ValueError as exc:
+            print(f"perf payload: {exc}", file=sys.stderr)
+            return EXIT_NO_RESULT
+        lock = lockstep.Lockstep(out_path(folder), role, len(entries))
+    try:
+        return _measure_all(args, versions, pins_checked, shapes_doc, method, entries, lock)
+    except lockstep.Stopped as exc:
+        print(f"perf payload: {exc}; nothing written", file=sys.stderr)
+        return EXIT_NO_RESULT
+    finally:
+        if lock is not None:
+            lock.leave()
 
+
+def _measure_all(args, versions, pins_checked, shapes_doc, method, entries, lock) -> int:
+    if lock is not None:
+        lock.wait(0)
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -313,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ENVIRONMENT
     timer = CudaTimer(torch, method.l2_flush) if args.device == "cuda" else WallTimer()
     smi_start = prov.smi_sample() if args.device == "cuda" else None
+    if lock is not None:
+        lock.done(0)
     kernel_bucket = _kernel_bucket_rule() if args.kernel == "mha" else None
     results, dumps, failures = [], [], 0
     progress = Progress(len(entries))
@@ -324,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
                 record["kernel_bucket"] = kernel_bucket("forward", shape["dqk"], shape["dv"], shape["dtype"],
                                                         shape.get("dropout_p", 0.0))
             plant = planted(key)
+            inputs = call = None
+            if lock is not None:
+                lock.wait(n)
             try:
                 inputs = make_inputs(torch, shape, args.device, method.seed + n)
                 call = KERNELS[args.kernel](torch, shape, inputs)
@@ -343,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 inputs = call = None
                 if args.device == "cuda":
-                    torch.cuda.empty_cache()
+                    torch.cuda.empty_cache()    # every timed rep ended synchronised
+                if lock is not None:
+                    lock.done(n)
             results.append(record)
             progress.update(n, key, note)
     progress.close()
@@ -359,6 +401,11 @@ def main(argv: list[str] | None = None) -> int:
     # makes the run "custom", so the gate does not expect the whole set from it.
     selection = {"subset": "custom" if args.keys else shapes_doc.get("subset", "custom"),
                  "count": len(results), "chunk": args.chunk, "keys": args.keys}
+    if lock is not None:
+        selection["interleave"] = lock.record()
+        if lock.broken:
+            print(f"perf payload: interleaving broke ({lock.broken}); the rest was measured alone",
+                  file=sys.stderr)
     doc = {"schema": SCHEMA, "provenance": provenance, "method": method.to_dict(), "selection": selection,
            "results": results}
     out = out_path(args.out)

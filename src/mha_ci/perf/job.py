@@ -6,16 +6,19 @@ Gating = compare it with perf_baselines/<arch>/<toolchain>.json (mha_ci.perf.com
 the reports (compare.{json,md,txt,png,html}) next to it.
 
 Interleaving two toolchains (`mha-ci perf measure --interleave T2`): one process cannot hold two
-Triton versions, so the shapes are cut into N strided chunks and the two toolchains' payload
-processes alternate chunk by chunk in ABBA order (A1 B1 B2 A2 A3 B3 ...), which cancels a linear
-drift of clocks or temperature over the run. Each process pays its start-up and loads its
-compiled kernels from Triton's on-disk cache; the chunks of each toolchain are merged back
-into one document, and the two are compared with --cross-toolchain.
+Triton versions, so two payload processes run at once and take turns shape by shape in ABBA
+order (mha_ci.perf.lockstep): the machine's drift lands on both sides of every pair of shapes.
+The older way, `--chunks N`, cuts the shapes into N strided chunks and runs the two toolchains'
+processes one after another in ABBA chunk order (A1 B1 B2 A2 ...): it cancels only a linear
+drift, and each chunk pays a process start; its chunks are merged back into one document.
+Either way the two documents are compared with --cross-toolchain.
 """
 from __future__ import annotations
 
 import os
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
@@ -64,7 +67,8 @@ def write_inputs(root: Path, folder: Path, subset: str, keys: list[str] | None =
 
 
 def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, rel: str, *, kernel: str = "mha",
-                chunk: str | None = None, out_name: str = "perf.json", log_prefix: str = "perf") -> dict:
+                chunk: str | None = None, out_name: str = "perf.json", log_prefix: str = "perf",
+                extra_args: tuple[str, ...] = ()) -> dict:
     """Run the payload on out_dir/rel/{shapes,method}.json; returns the perf document."""
     from mha_ci.executors.base import PayloadRun
 
@@ -77,6 +81,7 @@ def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, re
             "--dump-dispatches", f"{rel}/{out_name.replace('.json', '')}.dispatches.json"]
     if chunk:
         args += ["--chunk", chunk]
+    args += list(extra_args)
     if pipeline.archs[arch].compile_target is None:
         args += ["--device", "cpu"]
     env = {k: os.environ[k] for k in ("MHA_PERF_PLANT_SLOWDOWN", "MHA_PERF_PLANT_KEYS", "MHA_CI_COMMIT")
@@ -119,6 +124,36 @@ def measure_interleaved(executor, pipeline, toolchains: tuple[str, str], arch: s
         merged[toolchain] = merge_perf(docs)
         write_json(Path(out_dir) / rel / f"perf-{toolchain}.json", merged[toolchain])
     return merged
+
+
+def measure_lockstep(executor, pipeline, toolchains: tuple[str, str], arch: str, out_dir: Path, rel: str,
+                     kernel: str = "mha") -> dict[str, dict]:
+    """Both toolchains' payloads at once, taking turns per shape; {toolchain: perf document}."""
+    from mha_ci.perf import lockstep
+
+    if toolchains[0] == toolchains[1]:
+        raise ConfigError("--interleave needs a second toolchain, not the same one twice", key="--interleave")
+    folder = lockstep.prepare(Path(out_dir) / rel / "lockstep")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {toolchain: pool.submit(run_payload, executor, pipeline, toolchain, arch, out_dir, rel,
+                                          kernel=kernel, out_name=f"perf-{toolchain}.json",
+                                          log_prefix=f"perf {toolchain} ({role})",
+                                          extra_args=("--lockstep", f"{rel}/lockstep:{role}"))
+                   for toolchain, role in zip(toolchains, lockstep.ROLES)}
+        try:
+            for future in as_completed(futures.values()):
+                future.result()     # the first failure stops the other side too
+            docs = {toolchain: future.result() for toolchain, future in futures.items()}
+        except BaseException:
+            # Ctrl-C or one side failing: both payloads quit at their next turn, then we re-raise.
+            lockstep.stop(folder)
+            raise
+    for toolchain, doc in docs.items():
+        broken = ((doc.get("selection") or {}).get("interleave") or {}).get("broken")
+        if broken:
+            print(f"mha-ci perf: {toolchain}: interleaving broke ({broken}); later shapes were measured alone",
+                  file=sys.stderr)
+    return docs
 
 
 # job kinds ---------------------------------------------------------------------------------
