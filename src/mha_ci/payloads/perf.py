@@ -35,9 +35,10 @@ Planted slowdown (to check that the gate catches what it should): MHA_PERF_PLANT
 adds a spin kernel of 5 % of the shape's warm-up median inside every timed dispatch (after the
 attention kernel); MHA_PERF_PLANT_KEYS=glob,glob limits it to matching keys. The percentage
 is recorded in the provenance and per result, so a planted run is never mistaken for a
-baseline. Each planted spin is one extra launch; the gap it adds is measured per shape and
-taken off the spin, but on shapes where the gap alone exceeds the planted amount (a few us,
-so shapes under ~60 us) the slowdown overshoots (the calibrate report shows the realised delta).
+baseline. Each planted spin is one extra launch; its fixed cost on a full queue (launch gap and
+kernel start, a few us) is measured once per process and taken off the spin, but on shapes
+where that cost alone exceeds the planted amount (shapes under ~60 us) the slowdown
+overshoots (the calibrate report shows the realised delta).
 
 Interleaving (`--lockstep DIR:a` and `--lockstep DIR:b`, two processes, usually two
 toolchains, on one GPU): the two take turns shape by shape in ABBA order; see
@@ -139,6 +140,7 @@ class CudaTimer:
         self.torch = torch
         self.flush_buf = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda") if l2_flush else None
         self.cycles_per_us = self._spin_rate()
+        self.spin_cost_us = self._spin_cost()
 
     def _spin_rate(self) -> float:
         torch = self.torch
@@ -152,9 +154,27 @@ class CudaTimer:
         torch.cuda.synchronize()
         return cycles / (start.elapsed_time(end) * 1000.0)
 
+    def _spin_cost(self, n: int = 40) -> float:
+        """What a near-empty spin adds between a pair of events on a full queue (us): the fixed
+        cost of appending a planted spin to a dispatch, measured as the reps run."""
+        def median_of(work) -> float:
+            torch = self.torch
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+            torch.cuda.synchronize()
+            torch.cuda._sleep(int(2000 * self.cycles_per_us))     # hold the GPU while we enqueue
+            for s, e in zip(starts, ends):
+                s.record()
+                work()
+                e.record()
+            torch.cuda.synchronize()
+            return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends))
+
+        return max(0.0, median_of(lambda: self.torch.cuda._sleep(1)) - median_of(lambda: None))
+
     def spin(self, us: float) -> None:
         if us > 0:
-            self.torch.cuda._sleep(int(us * self.cycles_per_us))
+            self.torch.cuda._sleep(max(1, int(us * self.cycles_per_us)))
 
     def one(self, fn) -> float:
         torch = self.torch
@@ -186,6 +206,8 @@ class CudaTimer:
 
 class WallTimer:
     """CPU mode (harness checks without a GPU): each dispatch timed with perf_counter."""
+
+    spin_cost_us = 0.0
 
     def spin(self, us: float) -> None:
         until = time.perf_counter() + us / 1e6
@@ -225,13 +247,11 @@ def measure_shape(torch, timer, call, method: Method, plant_pct: float) -> tuple
         call()
     enqueue_us = (time.perf_counter() - t0) / 3 * 1e6
     n = dispatches_per_rep(estimate, method)
-    plant_us, plant_gap_us = estimate * plant_pct / 100.0, 0.0
-    if plant_pct > 0:
-        # The planted spin is a second launch: the gap between the two kernels is part of the
-        # slowdown, so it is measured and taken off the spin (small shapes may overshoot still).
-        with_spin = statistics.median(timer.one(lambda: (call(), timer.spin(0.01))) for _ in range(5))
-        plant_gap_us = max(0.0, with_spin - statistics.median(timer.one(call) for _ in range(5)))
-        plant_us = max(0.0, plant_us - plant_gap_us)
+    # The planted spin is a second launch whose fixed cost (launch gap, kernel start) is part
+    # of the slowdown: the timer measured it once, and it comes off the spin. Shapes too short
+    # for that (planted amount under the fixed cost) overshoot.
+    plant_gap_us = timer.spin_cost_us if plant_pct > 0 else 0.0
+    plant_us = max(0.0, estimate * plant_pct / 100.0 - plant_gap_us)
     hold_us = n * enqueue_us * 1.5 + 100.0
     reps = [timer.rep(call, n, hold_us, plant_us) for _ in range(method.reps)]
     return reps, {"first_call_s": round(first_call_s, 3), "warmup_median_us": round(estimate, 3),
