@@ -72,5 +72,8 @@ def test_calibration_counts_false_regressions_and_planted_catches():
     p = result["planted"]
     assert p["planted_shapes"] == 3 and p["caught"] == 3 and p["catch_rate"] == 1.0
     assert p["unplanted_false_regressions"] == []
+    bands = {tuple(b["band_pct"]): (b["shapes"], b["caught"]) for b in p["caught_by_realised_band"]}
+    assert bands[(5.0, 7.5)] == (3, 3) and sum(n for n, _ in bands.values()) == 3
     text = calibrate.markdown(result)
     assert "False regressions: 1 (25.0 %)" in text and "caught 3 of 3 (100.0 %)" in text
+    assert "| 5 to 7.5 | 3 | 3 |" in text

@@ -17,6 +17,9 @@ import statistics
 from mha_ci.perf.compare import GatePolicy, compare
 
 
+REALISED_BANDS = ((-100.0, 3.0), (3.0, 5.0), (5.0, 7.5), (7.5, 10.0), (10.0, 20.0), (20.0, 1e9))
+
+
 def _ceil_half(x: float) -> float:
     return math.ceil(x * 2) / 2
 
@@ -76,6 +79,12 @@ def _planted(a: dict, planted: dict, policy: GatePolicy) -> dict:
         "missed": [{"key": v.key, "delta_pct": round(v.delta_pct, 2), "threshold_pct": round(v.threshold_pct, 2)}
                    for v in hits if v.status != "regression"],
         "realised_delta_pct": _summary([v.delta_pct for v in hits]),
+        # The planted amount is nominal; what the gate must catch is the slowdown that happened.
+        # Caught share per band of realised delta (the bar is about 5-10 % slowdowns).
+        "caught_by_realised_band": [
+            {"band_pct": [lo, hi], "shapes": len(band), "caught": sum(v.status == "regression" for v in band)}
+            for lo, hi in REALISED_BANDS
+            for band in [[v for v in hits if lo <= v.delta_pct < hi]]],
         "unplanted_false_regressions": [v.key for v in clean if v.status == "regression"],
     }
 
@@ -113,7 +122,10 @@ def markdown(result: dict) -> str:
             lines += [f"Planted slowdown {planted['nominal_pct']} %: caught {planted['caught']} of "
                       f"{planted['planted_shapes']} ({_pct(planted['catch_rate'])}); realised delta %: "
                       f"{_fmt_summary(planted['realised_delta_pct'])}; false regressions on unplanted shapes: "
-                      f"{len(planted['unplanted_false_regressions'])}.", ""]
+                      f"{len(planted['unplanted_false_regressions'])}.", "",
+                      "| realised slowdown % | shapes | caught |", "|---|---|---|"]
+            lines += [f"| {_band(b['band_pct'])} | {b['shapes']} | {b['caught']} |"
+                      for b in planted.get("caught_by_realised_band", []) if b["shapes"]] + [""]
             if planted["missed"]:
                 lines += ["Missed:", ""] + [f"- `{m['key']}`: {m['delta_pct']:+.2f} % <= {m['threshold_pct']:.2f} %"
                                             for m in planted["missed"]] + [""]
@@ -122,6 +134,11 @@ def markdown(result: dict) -> str:
         lines.append(f"| `{s['key']}` | {_num(s['noise_a_pct'])} | {_num(s['noise_b_pct'])} | "
                      f"{_num(s['aa_delta_pct'])} | {_num(s['smallest_caught_pct'])} | {s['status']} |")
     return "\n".join(lines) + "\n"
+
+
+def _band(band) -> str:
+    lo, hi = band
+    return f"< {hi:g}" if lo <= -100 else (f">= {lo:g}" if hi >= 1e9 else f"{lo:g} to {hi:g}")
 
 
 def _pct(rate) -> str:
