@@ -6,6 +6,7 @@
     mha-ci perf compare   BASE CAND [--format text|md|json] [--out D] [--cross-toolchain]
     mha-ci perf calibrate A B [--planted P] [--format md|json] [--out D]
     mha-ci perf merge     CHUNK.json ... --out FILE
+    mha-ci perf combine   RUN.json RUN.json ... --out FILE
     mha-ci perf refresh   [--arch A] [--toolchain T ...] [--executor E] [--out D] [--always]
 
 Exit codes: compare/measure --interleave 1 when the gate fails (a regression, or two documents
@@ -67,6 +68,11 @@ def register(sub) -> None:
     p.add_argument("chunks", type=Path, nargs="+")
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(handler=cmd_merge)
+
+    p = cmds.add_parser("combine", help="one baseline from several runs of one build, with the between-run noise")
+    p.add_argument("runs", type=Path, nargs="+", help="mha-ci.perf/1 runs (ideally from different machines or days)")
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(handler=cmd_combine)
 
     p = cmds.add_parser("refresh", help="measure the full set and propose new baselines on a branch (mha_ci.refresh)")
     p.add_argument("--arch", help="arch (default: the one whose device this machine has)")
@@ -178,6 +184,18 @@ def cmd_calibrate(args) -> int:
         (Path(args.out) / "calibrate.md").write_text(text)
     if "refused" in result and len(result) == 1:
         return ExitCode.GATE_FAILED
+    return ExitCode.OK
+
+
+def cmd_combine(args) -> int:
+    from mha_ci.perf.combine import combine
+    from mha_ci.perf.document import load_perf, write_json
+
+    doc = combine([load_perf(p) for p in args.runs], names=[str(p) for p in args.runs])
+    write_json(args.out, doc)
+    noisy = sorted((r["stats"]["between_run_noise_pct"], r["key"]) for r in doc["results"] if r.get("stats"))[-5:]
+    print(f"mha-ci perf: {len(doc['results'])} shapes from {len(args.runs)} runs -> {args.out}; "
+          "largest between-run noise: " + ", ".join(f"{k} {n:.1f} %" for n, k in reversed(noisy)), file=sys.stderr)
     return ExitCode.OK
 
 

@@ -1,0 +1,78 @@
+"""A baseline from several runs of one build, carrying how much a shape moves between runs.
+
+Why: a stored baseline is judged against a candidate measured on another day, often on another
+machine of the pool. On the H200s, two runs in one lease agreed on all 231 shapes, but runs of
+different leases disagreed by up to 5 % on a few shapes (8192^2 d192 prefill, sk 8192 decode,
+b32 sq256 small-head), far beyond their within-run noise (perf_baselines/h200/README.md, run 3-5).
+The within-run noise (spread of rep means in one process) cannot see that, so the gate called
+those shapes regressions.
+
+`combine` takes N >= 2 runs of one toolchain on one GPU model (ideally from different leases)
+and writes one mha-ci.perf/1 document: per shape the median of the runs' trimmed means, and
+`between_run_noise_pct`, the sample standard deviation of the runs' trimmed means in percent
+of their mean. The gate (mha_ci.perf.compare) takes the larger of a baseline shape's within-run
+and between-run noise.
+"""
+from __future__ import annotations
+
+import statistics
+
+from mha_ci.errors import ConfigError
+from mha_ci.perf.compare import incomparable
+from mha_ci.perf.document import SCHEMA
+
+MIN_RUNS = 2
+
+
+def combine(docs: list[dict], names: list[str] | None = None) -> dict:
+    """One baseline document from `docs` (mha-ci.perf/1, same toolchain, GPU, kernel, method)."""
+    names = names or [f"run {i + 1}" for i in range(len(docs))]
+    if len(docs) < MIN_RUNS:
+        raise ConfigError(f"combine needs at least {MIN_RUNS} runs, got {len(docs)}")
+    first = docs[0]
+    for name, doc in zip(names[1:], docs[1:]):
+        why = incomparable(first["provenance"], doc["provenance"], cross_toolchain=False)
+        if why:
+            raise ConfigError(f"{name} cannot be combined with {names[0]}: {why}")
+        if _method_core(doc["method"]) != _method_core(first["method"]):
+            raise ConfigError(f"{name} was measured with another method than {names[0]}")
+    keys = [e["key"] for e in first["results"]]
+    for name, doc in zip(names[1:], docs[1:]):
+        if sorted(e["key"] for e in doc["results"]) != sorted(keys):
+            raise ConfigError(f"{name} does not measure the same shapes as {names[0]}")
+    by_key = [{e["key"]: e for e in doc["results"]} for doc in docs]
+    results = [_combine_shape([runs[key] for runs in by_key]) for key in keys]
+    provenance = dict(first["provenance"])
+    provenance["date"] = max(d["provenance"].get("date") or "" for d in docs)
+    provenance["combined_runs"] = [
+        {"name": name, **{k: d["provenance"].get(k) for k in ("date", "commit", "driver", "sm_clock_mhz")}}
+        for name, d in zip(names, docs)]
+    selection = dict(first.get("selection") or {})
+    selection.pop("interleave", None)
+    selection["count"] = len(results)
+    return {"schema": SCHEMA, "provenance": provenance, "method": first["method"], "selection": selection,
+            "results": results}
+
+
+def _method_core(method: dict) -> tuple:
+    return tuple(method.get(k) for k in ("warmup", "dispatches", "reps", "trim_low_pct", "trim_high_pct",
+                                         "l2_flush", "seed"))
+
+
+def _combine_shape(entries: list[dict]) -> dict:
+    ok = [e for e in entries if e.get("stats")]
+    if len(ok) < len(entries):
+        # One failed run makes the shape's baseline unknown, not quietly thinner.
+        errors = "; ".join(e.get("error") or "?" for e in entries if not e.get("stats"))
+        base = {k: v for k, v in entries[0].items() if k not in ("stats", "error")}
+        return {**base, "stats": None, "error": f"failed in {len(entries) - len(ok)} of {len(entries)} runs: {errors}"[:500]}
+    values = [e["stats"]["trimmed_mean_us"] for e in ok]
+    median = statistics.median(values)
+    # Keep the other statistics (max, stall, rep means) of the run nearest the median.
+    nearest = min(ok, key=lambda e: abs(e["stats"]["trimmed_mean_us"] - median))
+    stats = dict(nearest["stats"])
+    stats["trimmed_mean_us"] = round(median, 3)
+    stats["noise_pct"] = round(statistics.median(e["stats"]["noise_pct"] for e in ok), 3)
+    stats["between_run_noise_pct"] = round(100.0 * statistics.stdev(values) / statistics.fmean(values), 3)
+    stats["run_trimmed_means_us"] = [round(v, 3) for v in values]
+    return {**{k: v for k, v in nearest.items() if k != "stats"}, "stats": stats, "error": None}
