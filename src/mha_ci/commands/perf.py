@@ -189,11 +189,14 @@ def cmd_calibrate(args) -> int:
 
 def cmd_combine(args) -> int:
     from mha_ci.perf.combine import combine
+    from mha_ci.perf.config import gate_policy, load_perf_file
     from mha_ci.perf.document import load_perf, write_json
 
-    doc = combine([load_perf(p) for p in args.runs], names=[str(p) for p in args.runs])
+    policy = gate_policy(load_perf_file(args.root))
+    doc = combine([load_perf(p) for p in args.runs], names=[str(p) for p in args.runs],
+                  max_noise_pct=policy.invalid_noise_pct)
     write_json(args.out, doc)
-    noisy = sorted((r["stats"]["between_run_noise_pct"], r["key"]) for r in doc["results"] if r.get("stats"))[-5:]
+    noisy = sorted((r["stats"]["between_run_noise_pct"] or 0.0, r["key"]) for r in doc["results"] if r.get("stats"))[-5:]
     print(f"mha-ci perf: {len(doc['results'])} shapes from {len(args.runs)} runs -> {args.out}; "
           "largest between-run noise: " + ", ".join(f"{k} {n:.1f} %" for n, k in reversed(noisy)), file=sys.stderr)
     return ExitCode.OK

@@ -11,7 +11,8 @@ those shapes regressions.
 and writes one mha-ci.perf/1 document: per shape the median of the runs' trimmed means, and
 `between_run_noise_pct`, the sample standard deviation of the runs' trimmed means in percent
 of their mean. The gate (mha_ci.perf.compare) takes the larger of a baseline shape's within-run
-and between-run noise.
+and between-run noise. A run whose own noise on a shape is above `max_noise_pct` (the gate's
+"too noisy to judge" level) was disturbed there and is left out of that shape.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from mha_ci.perf.document import SCHEMA
 MIN_RUNS = 2
 
 
-def combine(docs: list[dict], names: list[str] | None = None) -> dict:
+def combine(docs: list[dict], names: list[str] | None = None, max_noise_pct: float = 5.0) -> dict:
     """One baseline document from `docs` (mha-ci.perf/1, same toolchain, GPU, kernel, method)."""
     names = names or [f"run {i + 1}" for i in range(len(docs))]
     if len(docs) < MIN_RUNS:
@@ -41,7 +42,7 @@ def combine(docs: list[dict], names: list[str] | None = None) -> dict:
         if sorted(e["key"] for e in doc["results"]) != sorted(keys):
             raise ConfigError(f"{name} does not measure the same shapes as {names[0]}")
     by_key = [{e["key"]: e for e in doc["results"]} for doc in docs]
-    results = [_combine_shape([runs[key] for runs in by_key]) for key in keys]
+    results = [_combine_shape([runs[key] for runs in by_key], names, max_noise_pct) for key in keys]
     provenance = dict(first["provenance"])
     provenance["date"] = max(d["provenance"].get("date") or "" for d in docs)
     provenance["combined_runs"] = [
@@ -59,20 +60,25 @@ def _method_core(method: dict) -> tuple:
                                          "l2_flush", "seed"))
 
 
-def _combine_shape(entries: list[dict]) -> dict:
+def _combine_shape(entries: list[dict], names: list[str], max_noise_pct: float) -> dict:
     ok = [e for e in entries if e.get("stats")]
     if len(ok) < len(entries):
         # One failed run makes the shape's baseline unknown, not quietly thinner.
         errors = "; ".join(e.get("error") or "?" for e in entries if not e.get("stats"))
         base = {k: v for k, v in entries[0].items() if k not in ("stats", "error")}
         return {**base, "stats": None, "error": f"failed in {len(entries) - len(ok)} of {len(entries)} runs: {errors}"[:500]}
-    values = [e["stats"]["trimmed_mean_us"] for e in ok]
+    kept = [e for e in ok if e["stats"]["noise_pct"] <= max_noise_pct] or ok
+    dropped = [n for n, e in zip(names, entries) if e not in kept]
+    values = [e["stats"]["trimmed_mean_us"] for e in kept]
     median = statistics.median(values)
     # Keep the other statistics (max, stall, rep means) of the run nearest the median.
-    nearest = min(ok, key=lambda e: abs(e["stats"]["trimmed_mean_us"] - median))
+    nearest = min(kept, key=lambda e: abs(e["stats"]["trimmed_mean_us"] - median))
     stats = dict(nearest["stats"])
     stats["trimmed_mean_us"] = round(median, 3)
-    stats["noise_pct"] = round(statistics.median(e["stats"]["noise_pct"] for e in ok), 3)
-    stats["between_run_noise_pct"] = round(100.0 * statistics.stdev(values) / statistics.fmean(values), 3)
-    stats["run_trimmed_means_us"] = [round(v, 3) for v in values]
+    stats["noise_pct"] = round(statistics.median(e["stats"]["noise_pct"] for e in kept), 3)
+    stats["between_run_noise_pct"] = (round(100.0 * statistics.stdev(values) / statistics.fmean(values), 3)
+                                      if len(values) >= 2 else None)
+    stats["run_trimmed_means_us"] = [round(e["stats"]["trimmed_mean_us"], 3) for e in ok]
+    if dropped:
+        stats["runs_left_out"] = dropped
     return {**{k: v for k, v in nearest.items() if k != "stats"}, "stats": stats, "error": None}
