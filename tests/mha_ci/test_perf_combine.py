@@ -52,8 +52,8 @@ def test_a_disturbed_run_is_left_out_of_that_shape_only():
     runs = _runs([(100.0, 50.0), (101.0, 50.0)])
     runs.append(doc([entry(KEYS[0], 180.0, noise=24.0), entry(KEYS[1], 50.5)]))
     first, second = (r["stats"] for r in combine(runs, names=["a", "b", "c"])["results"])
-    assert first["trimmed_mean_us"] == 100.5 and first["runs_left_out"] == ["c"]
-    assert first["run_trimmed_means_us"] == [100.0, 101.0, 180.0]
+    assert first["trimmed_mean_us"] == 100.5 and first["runs_left_out"] == {"c": 180.0}
+    assert first["run_trimmed_means_us"] == [100.0, 101.0]
     assert "runs_left_out" not in second and second["trimmed_mean_us"] == 50.0
 
 
@@ -92,3 +92,32 @@ def test_cli_writes_the_combined_baseline(tmp_path):
     assert "2 shapes from 2 runs" in done.stderr
     out = json.loads((tmp_path / "base.json").read_text())
     assert out["results"][0]["stats"]["trimmed_mean_us"] == 101.0
+
+
+def test_roll_keeps_a_window_of_runs_per_shape():
+    from mha_ci.perf.combine import roll
+
+    first, reset = roll(None, _runs([(100.0, 50.0)])[0], window=3)
+    assert reset == "no stored baseline"
+    assert first["results"][0]["stats"]["between_run_noise_pct"] is None
+    base = first
+    for values in ((104.0, 50.0), (102.0, 50.0), (110.0, 50.0)):
+        base, reset = roll(base, _runs([values])[0], window=3)
+        assert reset is None
+    stats = base["results"][0]["stats"]
+    assert stats["run_trimmed_means_us"] == [104.0, 102.0, 110.0] and stats["trimmed_mean_us"] == 104.0
+    assert stats["between_run_noise_pct"] == pytest.approx(100 * 4.163 / 105.333, abs=1e-2)
+    assert len(base["provenance"]["combined_runs"]) == 3
+    # a combined baseline is history too
+    rolled, _ = roll(combine(_runs([(100.0, 50.0), (104.0, 50.0)])), _runs([(102.0, 50.0)])[0], window=5)
+    assert rolled["results"][0]["stats"]["run_trimmed_means_us"] == [100.0, 104.0, 102.0]
+
+
+def test_roll_starts_over_for_another_triton():
+    from mha_ci.perf.combine import roll
+
+    old = combine(_runs([(100.0, 50.0), (104.0, 50.0)]))
+    new = doc([entry(k, 90.0) for k in KEYS], versions={"torch": "2.13.0", "triton": "3.8.0"})
+    rolled, reset = roll(old, new, window=5)
+    assert "different triton" in reset
+    assert rolled["results"][0]["stats"]["run_trimmed_means_us"] == [90.0]

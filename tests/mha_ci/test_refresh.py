@@ -95,7 +95,16 @@ def test_commits_new_baselines_on_a_new_branch_only(repo, scratch):
     changed = git(repo, "diff", "--name-only", f"{BRANCH}^", BRANCH).splitlines()
     assert changed == ["perf_baselines/sm90/triton-3.4.json", "perf_baselines/sm90/triton-3.8.json"]
     stored = json.loads(git(repo, "show", f"{BRANCH}:perf_baselines/sm90/triton-3.4.json"))
-    assert stored == docs["triton-3.4"]
+    # the stored baseline is the new run joined to the old one's history (mha_ci.perf.combine.roll)
+    first = stored["results"][0]["stats"]
+    assert first["run_trimmed_means_us"] == [500.0, 560.0] and first["trimmed_mean_us"] == 530.0
+    assert first["between_run_noise_pct"] == pytest.approx(100 * 42.426 / 530.0, abs=1e-2)
+    assert [r["stats"]["max_us"] for r in stored["results"]] == [r["stats"]["max_us"] for r in docs["triton-3.4"]["results"]]
+    assert len(stored["provenance"]["combined_runs"]) == 2
+    new_38 = json.loads(git(repo, "show", f"{BRANCH}:perf_baselines/sm90/triton-3.8.json"))
+    assert new_38["results"][0]["stats"]["run_trimmed_means_us"] == [500.0]
+    assert result.history == {"triton-3.4": "2 run(s) kept",
+                              "triton-3.8": "1 run(s) kept; history restarted: no stored baseline"}
     assert result.moved == {"triton-3.4": [KEYS[0]], "triton-3.8": []}   # +12 % > 3 %; +0.3 % is noise
 
     out = scratch / "out"

@@ -7,6 +7,10 @@ b32 sq256 small-head), far beyond their within-run noise (perf_baselines/h200/RE
 The within-run noise (spread of rep means in one process) cannot see that, so the gate called
 those shapes regressions.
 
+`roll` does the same for the nightly refresh: the new run joins the last runs kept in the stored
+baseline (a window of `refresh.history_runs`, pipelines/perf.yaml), so the spread keeps being
+measured night after night instead of being reset to one run's view.
+
 `combine` takes N >= 2 runs of one toolchain on one GPU model (ideally from different leases)
 and writes one mha-ci.perf/1 document: per shape the median of the runs' trimmed means, and
 `between_run_noise_pct`, the sample standard deviation of the runs' trimmed means in percent
@@ -68,7 +72,7 @@ def _combine_shape(entries: list[dict], names: list[str], max_noise_pct: float) 
         base = {k: v for k, v in entries[0].items() if k not in ("stats", "error")}
         return {**base, "stats": None, "error": f"failed in {len(entries) - len(ok)} of {len(entries)} runs: {errors}"[:500]}
     kept = [e for e in ok if e["stats"]["noise_pct"] <= max_noise_pct] or ok
-    dropped = [n for n, e in zip(names, entries) if e not in kept]
+    dropped = len(kept) < len(ok)
     values = [e["stats"]["trimmed_mean_us"] for e in kept]
     median = statistics.median(values)
     # Keep the other statistics (max, stall, rep means) of the run nearest the median.
@@ -78,7 +82,50 @@ def _combine_shape(entries: list[dict], names: list[str], max_noise_pct: float) 
     stats["noise_pct"] = round(statistics.median(e["stats"]["noise_pct"] for e in kept), 3)
     stats["between_run_noise_pct"] = (round(100.0 * statistics.stdev(values) / statistics.fmean(values), 3)
                                       if len(values) >= 2 else None)
-    stats["run_trimmed_means_us"] = [round(e["stats"]["trimmed_mean_us"], 3) for e in ok]
+    stats["run_trimmed_means_us"] = [round(v, 3) for v in values]
     if dropped:
-        stats["runs_left_out"] = dropped
+        stats["runs_left_out"] = {name: e["stats"]["trimmed_mean_us"] for name, e in zip(names, entries) if e not in kept}
     return {**{k: v for k, v in nearest.items() if k != "stats"}, "stats": stats, "error": None}
+
+
+def roll(old: dict | None, new: dict, window: int) -> tuple[dict, str | None]:
+    """The nightly refresh's baseline: the new full-set run joined to the stored baseline's
+    history, per shape the last `window` runs' trimmed means (`run_trimmed_means_us`), their
+    median as the value and their spread as `between_run_noise_pct`. Every other statistic is the
+    new run's. Returns (baseline, why the history was dropped or None): a baseline of another
+    GPU, toolchain, torch or Triton version, or of another method, is not history of this one.
+    """
+    if window < 1:
+        raise ConfigError("history_runs must be at least 1")
+    reset = None
+    if old is None:
+        reset = "no stored baseline"
+    else:
+        reset = incomparable(old["provenance"], new["provenance"], cross_toolchain=False)
+        if not reset and _method_core(old["method"]) != _method_core(new["method"]):
+            reset = "the stored baseline was measured with another method"
+    history = {} if reset else {e["key"]: e for e in old["results"] if e.get("stats")}
+    results = []
+    for entry in new["results"]:
+        stats = entry.get("stats")
+        if not stats:
+            results.append(entry)
+            continue
+        past = history.get(entry["key"], {}).get("stats") or {}
+        values = list(past.get("run_trimmed_means_us") or ([past["trimmed_mean_us"]] if past else []))
+        values = (values + [stats["trimmed_mean_us"]])[-window:]
+        merged = dict(stats)
+        merged["run_trimmed_means_us"] = [round(v, 3) for v in values]
+        merged["trimmed_mean_us"] = round(statistics.median(values), 3)
+        merged["between_run_noise_pct"] = (round(100.0 * statistics.stdev(values) / statistics.fmean(values), 3)
+                                           if len(values) >= 2 else None)
+        results.append({**entry, "stats": merged})
+    provenance = dict(new["provenance"])
+    past_runs = [] if reset else list(old["provenance"].get("combined_runs")
+                                      or [{k: old["provenance"].get(k) for k in ("date", "commit", "driver", "sm_clock_mhz")}])
+    this_run = {"name": "refresh", **{k: new["provenance"].get(k) for k in ("date", "commit", "driver", "sm_clock_mhz")}}
+    provenance["combined_runs"] = (past_runs + [this_run])[-window:]
+    selection = dict(new.get("selection") or {})
+    selection["count"] = len(results)
+    return ({"schema": SCHEMA, "provenance": provenance, "method": new["method"], "selection": selection,
+             "results": results}, reset)

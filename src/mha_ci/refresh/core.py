@@ -38,6 +38,7 @@ from typing import Callable, Mapping
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Arch, Toolchain
+from mha_ci.perf.combine import roll
 from mha_ci.perf.compare import Comparison, GatePolicy, compare
 from mha_ci.perf.document import SCHEMA as PERF_SCHEMA
 from mha_ci.perf.document import check_perf
@@ -65,13 +66,17 @@ class RefreshRefused(MhaCiError):
 class RefreshPolicy:
     max_noise_pct: float
     gate: GatePolicy
+    # Runs per shape kept in a baseline (mha_ci.perf.combine.roll): its between-run spread is
+    # what keeps a shape that moves between machines from failing every other pull request.
+    history_runs: int = 5
 
     @classmethod
     def from_pipelines(cls, root: Path) -> "RefreshPolicy":
         from mha_ci.perf.config import gate_policy, load_perf_file
 
         spec = load_perf_file(root)
-        return cls(max_noise_pct=spec.refresh.max_noise_pct, gate=gate_policy(spec))
+        return cls(max_noise_pct=spec.refresh.max_noise_pct, gate=gate_policy(spec),
+                   history_runs=spec.refresh.history_runs)
 
 
 @dataclass
@@ -83,6 +88,7 @@ class RefreshResult:
     base_commit: str
     files: list[str] = field(default_factory=list)             # repo-relative, in the commit
     moved: dict[str, list[str]] = field(default_factory=dict)   # toolchain -> shape keys beyond threshold
+    history: dict[str, str] = field(default_factory=dict)       # toolchain -> runs kept, or why restarted
     out_files: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -214,8 +220,13 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
     files: dict[str, bytes] = {}
     comparisons: dict[str, Comparison | None] = {}
     changed = always
+    history: dict[str, str] = {}
     for name, (old, doc) in measured.items():
-        files[baseline_path(arch, name)] = _encode(doc)
+        stored, reset = roll(old, doc, policy.history_runs)
+        runs = len(stored["provenance"]["combined_runs"])
+        history[name] = f"{runs} run(s) kept" + (f"; history restarted: {reset}" if reset else "")
+        files[baseline_path(arch, name)] = _encode(stored)
+        # What moved: the new run against the stored baseline, as a pull request would be judged.
         comparisons[name] = compare(old, doc, policy.gate) if old is not None else None
         changed = changed or bool(_moved(comparisons[name])) or _shape_set_changed(old, doc)
     extra: dict[str, bytes] = {}
@@ -251,16 +262,16 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
     title = f"Baseline refresh: {arch}, {date}"
     if not changed:
         result = RefreshResult(status="unchanged", arch=arch, branch=None, commit=None, base_commit=base_commit,
-                               moved=moved)
+                               moved=moved, history=history)
         result.out_files = _publish(out_dir, _out_texts(result, body, title))
         return result
 
     # 3. commit on the new branch, then publish the out files; an interrupt anywhere undoes both
     message = f"{title}\n\nRe-measured by the nightly refresh from {base_commit}.\n" + "".join(
-        f"{name}: {len(keys)} shapes moved beyond their threshold\n" for name, keys in moved.items())
+        f"{name}: {len(keys)} shapes moved beyond their threshold; {history[name]}\n" for name, keys in moved.items())
     commit = git_branch.commit_on_new_branch(root, branch, base_commit, files, message)
     result = RefreshResult(status="committed", arch=arch, branch=branch, commit=commit, base_commit=base_commit,
-                           files=sorted(files), moved=moved)
+                           files=sorted(files), moved=moved, history=history)
     try:
         result.out_files = _publish(out_dir, _out_texts(result, body, title))
     except BaseException:
