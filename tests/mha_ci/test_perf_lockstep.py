@@ -129,3 +129,25 @@ def test_a_partner_killed_without_a_word_is_noticed_by_its_pid(tmp_path):
     t0 = time.monotonic()
     assert side.wait(0) is False and "partner a died" in side.broken
     assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.slow
+def test_perf_measure_interleave_runs_both_toolchain_venvs_per_shape(tmp_path):
+    """`mha-ci perf measure --interleave` end to end on the CPU: both toolchains' venvs (built or
+    reused by the venv executor), taking turns per shape, then compared across toolchains."""
+    root = SRC.parent
+    done = subprocess.run([sys.executable, "-m", "mha_ci", "--root", str(root), "perf", "measure",
+                           "--arch", "interpreter", "--toolchain", "triton-3.4", "--interleave", "triton-3.8",
+                           "--kernel", "sdpa", "--subset", "pr", "--shape", "dense_b64_hq4_hk1_sq1_sk1024*",
+                           "--shape", "dense_b64_hq8_hk1_sq1_sk1024_dqk64*", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert done.returncode in (0, 1), done.stderr[-3000:]      # 1: CPU timings may "regress"
+    run_dir = tmp_path / "perf-interpreter-triton-3.4-vs-triton-3.8"
+    logged = [line.split()[1] for line in (run_dir / "lockstep" / "log").read_text().splitlines()]
+    assert logged == ["a", "b", "a", "b", "b", "a"]
+    for toolchain, role in (("triton-3.4", "a"), ("triton-3.8", "b")):
+        doc = json.loads((run_dir / f"perf-{toolchain}.json").read_text())
+        assert doc["provenance"]["versions"]["triton"] == toolchain.split("-")[1] + ".0"
+        assert doc["selection"]["interleave"]["role"] == role and doc["selection"]["interleave"]["broken"] is None
+    assert "Tally:" in done.stdout and (run_dir / "compare.html").is_file()
