@@ -38,4 +38,7 @@ mha perf compare $B/triton-3.6.json $H/run6/perf-3.6-full-planted7.5-dense.json 
 # Every pair of single runs across leases, and each lease judged against a baseline combined
 # from the other leases.
 PYTHONPATH=src python3 $H/cross_lease.py > $C/cross-lease.md
+# The gate's floor and k swept over the same runs.
+{ echo "# Gate settings swept over H200 runs 3-6 (perf_baselines/h200/gate_sweep.py)"; echo
+  PYTHONPATH=src python3 $H/gate_sweep.py; } > $C/gate-sweep.md
 echo "written: $B/triton-3.{4,6,8}.json, $B/reports/, $C/"
