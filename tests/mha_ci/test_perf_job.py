@@ -145,3 +145,30 @@ def test_lockstep_failure_of_one_side_stops_the_other(checkout, tmp_path):
     fake = LockstepFake(fail_toolchain="triton-3.8")
     with pytest.raises(EnvironmentProblem):
         perf_job.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, "lock")
+
+
+def test_repeat_runs_separate_processes_and_combines_them(checkout, tmp_path, monkeypatch):
+    pipeline = load_pipeline(checkout)
+    keys = [w.key for w in perf_job.selected_workloads(checkout, "pr")[1]]
+    _baseline(checkout, {k: 100.0 for k in keys})
+    # the first shape lands on a slow mode in one process of three: the median run is unaffected
+    calls = {"n": 0}
+
+    def us(key, tc):
+        if key == keys[0]:
+            calls["n"] += 1
+            return 110.0 if calls["n"] == 2 else 100.0
+        return 100.0
+
+    monkeypatch.setenv("MHA_CI_PERF_SUBSET", "pr")
+    monkeypatch.setenv("MHA_CI_PERF_REPEAT", "3")
+    job = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
+    result = perf_job.run_job(job, pipeline, FakeExecutor(us=us), tmp_path)
+    assert result.verdict == "pass" and result.details["repeat"] == 3
+    doc = load_perf(tmp_path / "jobs" / job.id / "perf.json")
+    first = doc["results"][0]["stats"]
+    assert first["run_trimmed_means_us"] == [100.0, 110.0, 100.0] and first["trimmed_mean_us"] == 100.0
+    assert len(doc["provenance"]["combined_runs"]) == 3
+    monkeypatch.setenv("MHA_CI_PERF_REPEAT", "three")
+    with pytest.raises(ConfigError, match="whole number"):
+        perf_job.run_job(job, pipeline, FakeExecutor(), tmp_path / "bad")

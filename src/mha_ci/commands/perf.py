@@ -2,7 +2,7 @@
 
     mha-ci perf shapes    [--subset pr|full] [--shape GLOB ...] [--out DIR] [--format text|json]
     mha-ci perf measure   [--toolchain T] [--arch A] [--subset pr|full] [--executor E] [--out D]
-                          [--kernel mha|sdpa] [--shape GLOB ...] [--interleave T2 [--chunks N]]
+                          [--kernel mha|sdpa] [--shape GLOB ...] [--repeat N] [--interleave T2 [--chunks N]]
     mha-ci perf compare   BASE CAND [--format text|md|json] [--out D] [--cross-toolchain]
     mha-ci perf calibrate A B [--planted P] [--format md|json] [--out D]
     mha-ci perf merge     CHUNK.json ... --out FILE
@@ -42,6 +42,8 @@ def register(sub) -> None:
     p.add_argument("--kernel", choices=("mha", "sdpa"), default="mha",
                    help="sdpa: time torch SDPA instead (harness sanity check, not a kernel measurement)")
     p.add_argument("--shape", action="append", metavar="GLOB")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="measure N times, each in its own process, and combine (median, between-run noise)")
     p.add_argument("--interleave", metavar="T2",
                    help="also measure toolchain T2 on the same GPU, taking turns shape by shape (ABBA)")
     p.add_argument("--chunks", type=int, default=None,
@@ -115,7 +117,7 @@ def cmd_measure(args) -> int:
     from mha_ci.perf import report
     from mha_ci.perf.compare import compare
     from mha_ci.perf.config import gate_policy, load_perf_file
-    from mha_ci.perf.job import measure_interleaved, measure_lockstep, run_payload, write_inputs
+    from mha_ci.perf.job import measure_interleaved, measure_lockstep, measure_repeated, write_inputs
 
     pipeline = load_pipeline(args.root)
     toolchain = args.toolchain or _golden(pipeline)
@@ -129,9 +131,11 @@ def cmd_measure(args) -> int:
              if args.interleave else ""),
           file=sys.stderr)
     if not args.interleave:
-        run_payload(executor, pipeline, toolchain, arch, out_dir, rel, kernel=args.kernel)
+        measure_repeated(executor, pipeline, toolchain, arch, out_dir, rel, args.repeat, kernel=args.kernel)
         print(f"mha-ci perf: wrote {out_dir / rel / 'perf.json'}", file=sys.stderr)
         return ExitCode.OK
+    if args.repeat != 1:
+        raise ConfigError("--repeat is not supported with --interleave (one interleaved run per call)", key="--repeat")
     if args.chunks is None:
         docs = measure_lockstep(executor, pipeline, (toolchain, args.interleave), arch, out_dir, rel,
                                 kernel=args.kernel)

@@ -10,8 +10,9 @@ Per shape (both sides' `trimmed_mean_us`):
                 noise above invalid_noise_pct, or the two measurements are not comparable
                 (different GPU, arch, kernel, or toolchain without --cross-toolchain).
 The two noises are combined in quadrature because the delta is a difference of two independent
-estimates. A baseline made from several runs (mha_ci.perf.combine) also knows how far a shape
-moves between runs; its noise is the larger of the within-run and the between-run figure. Stalls (mha_ci.perf.stats) ride along per shape and do not change the status; they
+estimates. A document made from several runs (mha_ci.perf.combine: a baseline, or a candidate
+measured with --repeat) also knows how far a shape moves between runs; its noise is the larger
+of the within-run and the between-run figure. Stalls (mha_ci.perf.stats) ride along per shape and do not change the status; they
 fail the gate only with `fail_on_stall`.
 """
 from __future__ import annotations
@@ -152,7 +153,7 @@ def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refus
         baseline_us=bs["trimmed_mean_us"] if bs else None,
         candidate_us=cs["trimmed_mean_us"] if cs else None,
         noise_baseline_pct=baseline_noise(bs) if bs else None,
-        noise_candidate_pct=cs["noise_pct"] if cs else None,
+        noise_candidate_pct=baseline_noise(cs) if cs else None,
         stall=(cs or {}).get("stall") or None,
         shape=meta.get("shape"), bucket=meta.get("bucket"),
         tags=tuple(meta.get("tags") or ()),
@@ -161,7 +162,7 @@ def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refus
     delta = threshold = None
     if bs and cs and bs["trimmed_mean_us"] > 0:
         delta = 100.0 * (cs["trimmed_mean_us"] - bs["trimmed_mean_us"]) / bs["trimmed_mean_us"]
-        threshold = policy.threshold_pct(baseline_noise(bs), cs["noise_pct"])
+        threshold = policy.threshold_pct(baseline_noise(bs), baseline_noise(cs))
     reason = _invalid_reason(b, c, bs, cs, policy, refused)
     if reason:
         status = "invalid"
@@ -175,7 +176,7 @@ def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refus
 
 
 def baseline_noise(stats: dict) -> float:
-    """A baseline shape's noise for the threshold: within-run, or between runs when larger."""
+    """A shape's noise for the threshold: within-run, or between runs when larger (either side)."""
     return max(stats["noise_pct"], stats.get("between_run_noise_pct") or 0.0)
 
 
