@@ -58,6 +58,16 @@ def test_two_sides_follow_the_schedule(tmp_path):
     assert logged == [role for role, _ in lockstep.order(5)]
 
 
+def test_an_unprepared_folder_is_made_and_side_a_starts(tmp_path):
+    seen: list = []
+    threads = [threading.Thread(target=_side, args=(tmp_path / "new" / "lock", r, 2, seen)) for r in ("b", "a")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert seen == lockstep.order(2)
+
+
 def test_a_side_whose_partner_left_finishes_alone(tmp_path):
     folder = lockstep.prepare(tmp_path / "lock")
     (folder / "gone-b").write_text("1\n")

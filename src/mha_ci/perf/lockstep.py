@@ -105,6 +105,9 @@ class Lockstep:
         self.broken: str | None = None      # why the interleaving stopped, once it has
         self.waited_s = 0.0
         self.host = socket.gethostname()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if role == "a" and _read_turn(self.folder) is None:
+            _write_turn(self.folder, 0)     # started by hand without prepare(): a owns step 0
         (self.folder / f"pid-{role}").write_text(f"{self.host} {os.getpid()}\n")
 
     def _partner_dead(self) -> bool:
