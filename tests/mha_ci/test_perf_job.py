@@ -103,7 +103,7 @@ class LockstepFake(FakeExecutor):
 
     def __init__(self, fail_toolchain=None, **kw):
         super().__init__(**kw)
-        self.fail_toolchain = fail_toolchain
+        self.fail_toolchain, self.broken = fail_toolchain, {}
 
     def run(self, payload):
         from mha_ci.perf import lockstep
@@ -122,6 +122,7 @@ class LockstepFake(FakeExecutor):
             return PayloadResult(exit_code=4)
         finally:
             side.leave()
+            self.broken[role] = side.broken
         return super().run(payload)
 
 
@@ -132,7 +133,9 @@ def test_lockstep_runs_both_sides_at_once_and_compares(checkout, tmp_path):
     fake = LockstepFake(us=lambda key, tc: 100.0 if tc == "triton-3.4" else 90.0)
     docs = perf_job.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel)
     log = (tmp_path / rel / "lockstep" / "log").read_text().splitlines()
-    assert len(log) == 2 + 2 * count and [line.split()[1] for line in log[:6]] == list("ababba")
+    # (the message shows the schedule as it ran, should this ever fail)
+    assert len(log) == 2 + 2 * count and [line.split()[1] for line in log[:6]] == list("ababba"), \
+        (count, log, fake.broken)
     for tc in docs:
         assert len(load_perf(tmp_path / rel / f"perf-{tc}.json")["results"]) == count
     with pytest.raises(ConfigError):
