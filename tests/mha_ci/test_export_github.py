@@ -125,14 +125,15 @@ def test_permissions_are_minimal(generated):
     for name, workflow in workflows(generated).items():
         assert workflow["permissions"] == {"contents": "read"}, name
         for job_id, job in workflow["jobs"].items():
-            if name == "nightly.yml":
+            pushes = name == "nightly.yml" and job_id.startswith("refresh-")
+            if pushes:
                 assert job["permissions"] == {"contents": "write", "pull-requests": "write"}, job_id
             else:
                 assert "permissions" not in job, f"{name} / {job_id}"
             for step in job["steps"]:
                 if step.get("uses", "").startswith("actions/checkout@"):
                     # only a job that pushes keeps the token in .git/config
-                    assert step["with"]["persist-credentials"] is (name == "nightly.yml")
+                    assert step["with"]["persist-credentials"] is pushes
 
 
 def test_actions_are_pinned(generated):
@@ -152,6 +153,7 @@ def test_every_arch_runner_labels_appear(generated):
             assert set(arch.runner_labels) - github.BUILTIN_LABELS <= set(config["self-hosted-runner"]["labels"])
         if arch.name in pipeline.kinds["refresh"].archs:
             assert nightly["jobs"][f"refresh-{arch.name}"]["runs-on"] == list(arch.runner_labels)
+            assert nightly["jobs"][f"golden-vs-tot-{arch.name}"]["runs-on"] == list(arch.runner_labels)
     plan = {"jobs": [{"id": f"correctness-{a}-triton-3.4-1of2", "kind": "correctness", "arch": a, "toolchain": "triton-3.4"}
                      for a in pipeline.archs]}
     found = matrix.matrices(pipeline, plan)
@@ -167,3 +169,12 @@ def test_main_and_nightly_triggers(generated):
     assert "schedule" in flows["nightly.yml"]["on"] and "workflow_dispatch" in flows["nightly.yml"]["on"]
     gate = flows["pr.yml"]["jobs"]["gate"]
     assert gate["if"] == "always()" and gate["needs"] == ["plan", "cpu", "gpu"]
+
+
+def test_nightly_golden_vs_top_of_tree_is_interleaved_and_report_only(generated):
+    job = workflows(generated)["nightly.yml"]["jobs"]["golden-vs-tot-sm90"]
+    step = next(s for s in job["steps"] if s["name"].startswith("Measure"))
+    assert step["env"] == {"ARCH": "sm90", "GOLDEN": "triton-3.4", "TOP": "triton-3.8"}
+    assert '--subset full --toolchain "$GOLDEN" --interleave "$TOP" --executor docker' in step["run"]
+    # regressions between toolchains are the study's findings; usage/environment errors fail it
+    assert 'if [ "$code" -gt 1 ]; then exit "$code"; fi' in step["run"]

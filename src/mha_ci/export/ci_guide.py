@@ -95,7 +95,9 @@ def render(pipeline: Pipeline) -> str:
         + ("; given labels, only what they select." if manual.labels == "replace" else "."),
         f"- Nightly (cron `{NIGHTLY_CRON}`, UTC): {_runs_text(pipeline, 'schedule')}. Each refresh re-measures its "
         "arch and opens a pull request `baseline-refresh/<date>-<arch>` with the new baselines, old vs new per "
-        "shape and both provenances; it refuses a stalled, noisy or mismatched measurement.",
+        "shape and both provenances; it refuses a stalled, noisy or mismatched measurement. Each shape keeps its "
+        "last runs, whose spread widens its gate."
+        + _golden_text(pipeline),
         "",
         "### Where jobs run",
         "",
@@ -109,3 +111,13 @@ def render(pipeline: Pipeline) -> str:
         never = "; ".join(f"{arch}: {why}" for arch, why in kind.unavailable) or "-"
         lines.append(f"| {kind.kind}{' (sharded)' if kind.sharded else ''} | {', '.join(kind.archs)} | {never} |")
     return "\n".join(lines) + "\n"
+
+
+def _golden_text(pipeline) -> str:
+    from mha_ci.export.github import toolchain_with_role
+
+    golden, top = toolchain_with_role(pipeline, "golden"), toolchain_with_role(pipeline, "top-of-tree")
+    if not (golden and top):
+        return ""
+    return (f" Beside each refresh, golden ({golden}) vs top of tree ({top}) on the full set, the two "
+            "interleaved shape by shape on one GPU; a report, not a gate (the step summary lists what moved).")

@@ -245,14 +245,51 @@ def _refresh_job(pipeline: Pipeline, arch_name: str) -> dict:
     }
 
 
+def toolchain_with_role(pipeline: Pipeline, role: str) -> str | None:
+    names = [name for name, t in pipeline.toolchains.items() if t.role == role]
+    return names[0] if len(names) == 1 else None
+
+
+def _golden_job(pipeline: Pipeline, arch_name: str, golden: str, top: str) -> dict:
+    """Golden vs top of tree on one GPU, the two toolchains' payloads taking turns shape by shape
+    (mha_ci.perf.lockstep). A study, not a gate: regressions between toolchains are its findings
+    (the step summary shows them); only a usage or environment error (exit 2, 3) fails the job."""
+    arch = pipeline.archs[arch_name]
+    measure = ("set +e\n"
+               'mha-ci perf measure --arch "$ARCH" --subset full --toolchain "$GOLDEN" --interleave "$TOP" --executor docker --out out\n'
+               "code=$?\n"
+               'for report in out/*/compare.md; do if [ -f "$report" ]; then cat "$report" >> "$GITHUB_STEP_SUMMARY"; fi; done\n'
+               'if [ "$code" -gt 1 ]; then exit "$code"; fi\n')
+    return {
+        "name": f"golden vs top of tree {arch_name}",
+        "runs-on": list(arch.runner_labels),
+        "timeout-minutes": TIMEOUT_REFRESH_MIN,
+        "steps": [
+            _checkout(),
+            _setup_python(),
+            {"name": "Install mha-ci", "run": "python -m pip install -e '.[docker]'"},
+            {"name": f"Measure {golden} and {top} interleaved",
+             "env": {"ARCH": arch_name, "GOLDEN": golden, "TOP": top}, "run": measure},
+            {"name": "Upload report", "if": "always()", "uses": UPLOAD,
+             "with": {"name": f"golden-vs-tot-{arch_name}", "path": "out/", "if-no-files-found": "warn"}},
+        ],
+    }
+
+
 def nightly_workflow(pipeline: Pipeline) -> dict:
     archs = [a for a in pipeline.kinds["refresh"].archs if pipeline.archs[a].device != "none"]
+    jobs = {f"refresh-{arch}".replace(".", "_"): _refresh_job(pipeline, arch) for arch in archs}
+    golden, top = toolchain_with_role(pipeline, "golden"), toolchain_with_role(pipeline, "top-of-tree")
+    if golden and top:
+        # One study per GPU arch, on that arch's runners, beside its refresh.
+        jobs.update({f"golden-vs-tot-{arch}".replace(".", "_"): _golden_job(pipeline, arch, golden, top)
+                     for arch in archs})
     return {
         "name": "nightly baseline refresh",
         "on": {"schedule": [{"cron": NIGHTLY_CRON}], "workflow_dispatch": {}},
         "permissions": {"contents": "read"},
         "concurrency": {"group": "nightly-refresh", "cancel-in-progress": False},
-        "jobs": {f"refresh-{arch}".replace(".", "_"): _refresh_job(pipeline, arch) for arch in archs},
+        "jobs": jobs,
     }
 
 
