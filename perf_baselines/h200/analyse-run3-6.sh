@@ -29,6 +29,9 @@ mha perf calibrate $H/run3/perf-3.6-pr-a.json $H/run3/perf-3.6-pr-b.json --out $
 # 5 % planted (plant sized on a pilot rep); the A/A part here pairs two leases (run 5 vs run 4).
 mha perf calibrate $H/run5/perf-3.6-full-a-gpu0.json $H/run4/perf-3.6-full-a-gpu0.json \
   --planted $H/run5/perf-3.6-full-planted5-dense-gpu0.json --out $C/planted5-run5 > /dev/null
+# 5 % planted with the older plant (sized on the warm-up median, which holds launch latency).
+mha perf calibrate $H/run4/perf-3.6-full-a-gpu0.json $H/run4/perf-3.6-full-a-gpu1.json \
+  --planted $H/run4/perf-3.6-full-planted5-dense-gpu0.json --out $C/planted5-run4-old-plant > /dev/null
 # 10 % planted (older plant, sized on the warm-up median: it overshoots); A/A = the two GPUs of run 4.
 mha perf calibrate $H/run4/perf-3.6-full-a-gpu1.json $H/run4/perf-3.6-full-a-gpu0.json \
   --planted $H/run4/perf-3.6-full-planted10-dense-gpu1.json --out $C/planted10-run4 > /dev/null

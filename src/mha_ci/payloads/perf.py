@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import functools
 import json
 import os
 import statistics
@@ -140,7 +141,6 @@ class CudaTimer:
         self.torch = torch
         self.flush_buf = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda") if l2_flush else None
         self.cycles_per_us = self._spin_rate()
-        self.spin_cost_us = self._spin_cost()
 
     def _spin_rate(self) -> float:
         torch = self.torch
@@ -154,9 +154,13 @@ class CudaTimer:
         torch.cuda.synchronize()
         return cycles / (start.elapsed_time(end) * 1000.0)
 
-    def _spin_cost(self, n: int = 40) -> float:
+    @functools.cached_property
+    def spin_cost_us(self) -> float:
         """What a near-empty spin adds between a pair of events on a full queue (us): the fixed
-        cost of appending a planted spin to a dispatch, measured as the reps run."""
+        cost of appending a planted spin to a dispatch, measured as the reps run. Only planted
+        runs need it, so it is measured on first use."""
+        n = 40
+
         def median_of(work) -> float:
             torch = self.torch
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
@@ -252,7 +256,7 @@ def measure_shape(torch, timer, call, method: Method, plant_pct: float) -> tuple
     if plant_pct > 0:
         # The planted amount is a share of the dispatch as the reps time it: one unplanted pilot
         # rep on a full queue. (The warm-up median also holds the host's launch latency: based on
-        # it, a 5 % plant realised a median 7.1 % on shapes of 200 us and more, run 4.) The spin is a second launch whose fixed
+        # it, a 5 % plant realised a median 9.1 % over the planted shapes, run 4.) The spin is a second launch whose fixed
         # cost (launch gap, kernel start) the timer measured once; it comes off the spin.
         # Shapes too short for that (planted amount under the fixed cost) still overshoot.
         plant_base_us = statistics.median(timer.rep(call, n, hold_us, 0.0))

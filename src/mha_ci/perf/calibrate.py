@@ -58,11 +58,12 @@ def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None)
         "shapes": shapes,
     }
     if planted is not None:
-        result["planted"] = _planted(a, planted, policy)
+        result["planted"] = planted_catch(a, planted, policy)
     return result
 
 
-def _planted(a: dict, planted: dict, policy: GatePolicy) -> dict:
+def planted_catch(a: dict, planted: dict, policy: GatePolicy) -> dict:
+    """How many of the planted shapes of `planted` the gate calls a regression against `a`."""
     comparison = compare(a, planted, policy)
     if comparison.refused:
         return {"refused": comparison.refused}

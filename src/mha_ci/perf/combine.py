@@ -27,6 +27,17 @@ from mha_ci.perf.compare import incomparable
 from mha_ci.perf.document import SCHEMA
 
 MIN_RUNS = 2
+RUN_FACTS = ("date", "commit", "driver", "sm_clock_mhz")
+
+
+def _spread(values: list[float]) -> tuple[float, float | None]:
+    """(median, sample standard deviation in % of the mean; None for a single value)."""
+    between = 100.0 * statistics.stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
+    return statistics.median(values), None if between is None else round(between, 3)
+
+
+def _run_record(name: str, provenance: dict) -> dict:
+    return {"name": name, **{k: provenance.get(k) for k in RUN_FACTS}}
 
 
 def combine(docs: list[dict], names: list[str] | None = None, max_noise_pct: float = 5.0) -> dict:
@@ -49,9 +60,7 @@ def combine(docs: list[dict], names: list[str] | None = None, max_noise_pct: flo
     results = [_combine_shape([runs[key] for runs in by_key], names, max_noise_pct) for key in keys]
     provenance = dict(first["provenance"])
     provenance["date"] = max(d["provenance"].get("date") or "" for d in docs)
-    provenance["combined_runs"] = [
-        {"name": name, **{k: d["provenance"].get(k) for k in ("date", "commit", "driver", "sm_clock_mhz")}}
-        for name, d in zip(names, docs)]
+    provenance["combined_runs"] = [_run_record(name, d["provenance"]) for name, d in zip(names, docs)]
     selection = dict(first.get("selection") or {})
     selection.pop("interleave", None)
     selection["count"] = len(results)
@@ -74,14 +83,13 @@ def _combine_shape(entries: list[dict], names: list[str], max_noise_pct: float) 
     kept = [e for e in ok if e["stats"]["noise_pct"] <= max_noise_pct] or ok
     dropped = len(kept) < len(ok)
     values = [e["stats"]["trimmed_mean_us"] for e in kept]
-    median = statistics.median(values)
+    median, between = _spread(values)
     # Keep the other statistics (max, stall, rep means) of the run nearest the median.
     nearest = min(kept, key=lambda e: abs(e["stats"]["trimmed_mean_us"] - median))
     stats = dict(nearest["stats"])
     stats["trimmed_mean_us"] = round(median, 3)
     stats["noise_pct"] = round(statistics.median(e["stats"]["noise_pct"] for e in kept), 3)
-    stats["between_run_noise_pct"] = (round(100.0 * statistics.stdev(values) / statistics.fmean(values), 3)
-                                      if len(values) >= 2 else None)
+    stats["between_run_noise_pct"] = between
     stats["run_trimmed_means_us"] = [round(v, 3) for v in values]
     if dropped:
         stats["runs_left_out"] = {name: e["stats"]["trimmed_mean_us"] for name, e in zip(names, entries) if e not in kept}
@@ -115,16 +123,15 @@ def roll(old: dict | None, new: dict, window: int) -> tuple[dict, str | None]:
         values = list(past.get("run_trimmed_means_us") or ([past["trimmed_mean_us"]] if past else []))
         values = (values + [stats["trimmed_mean_us"]])[-window:]
         merged = dict(stats)
+        median, between = _spread(values)
         merged["run_trimmed_means_us"] = [round(v, 3) for v in values]
-        merged["trimmed_mean_us"] = round(statistics.median(values), 3)
-        merged["between_run_noise_pct"] = (round(100.0 * statistics.stdev(values) / statistics.fmean(values), 3)
-                                           if len(values) >= 2 else None)
+        merged["trimmed_mean_us"] = round(median, 3)
+        merged["between_run_noise_pct"] = between
         results.append({**entry, "stats": merged})
     provenance = dict(new["provenance"])
     past_runs = [] if reset else list(old["provenance"].get("combined_runs")
-                                      or [{k: old["provenance"].get(k) for k in ("date", "commit", "driver", "sm_clock_mhz")}])
-    this_run = {"name": "refresh", **{k: new["provenance"].get(k) for k in ("date", "commit", "driver", "sm_clock_mhz")}}
-    provenance["combined_runs"] = (past_runs + [this_run])[-window:]
+                                      or [_run_record("baseline", old["provenance"])])
+    provenance["combined_runs"] = (past_runs + [_run_record("refresh", new["provenance"])])[-window:]
     selection = dict(new.get("selection") or {})
     selection["count"] = len(results)
     return ({"schema": SCHEMA, "provenance": provenance, "method": new["method"], "selection": selection,

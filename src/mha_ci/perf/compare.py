@@ -152,8 +152,8 @@ def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refus
         key=key,
         baseline_us=bs["trimmed_mean_us"] if bs else None,
         candidate_us=cs["trimmed_mean_us"] if cs else None,
-        noise_baseline_pct=baseline_noise(bs) if bs else None,
-        noise_candidate_pct=baseline_noise(cs) if cs else None,
+        noise_baseline_pct=effective_noise(bs) if bs else None,
+        noise_candidate_pct=effective_noise(cs) if cs else None,
         stall=(cs or {}).get("stall") or None,
         shape=meta.get("shape"), bucket=meta.get("bucket"),
         tags=tuple(meta.get("tags") or ()),
@@ -162,7 +162,7 @@ def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refus
     delta = threshold = None
     if bs and cs and bs["trimmed_mean_us"] > 0:
         delta = 100.0 * (cs["trimmed_mean_us"] - bs["trimmed_mean_us"]) / bs["trimmed_mean_us"]
-        threshold = policy.threshold_pct(baseline_noise(bs), baseline_noise(cs))
+        threshold = policy.threshold_pct(effective_noise(bs), effective_noise(cs))
     reason = _invalid_reason(b, c, bs, cs, policy, refused)
     if reason:
         status = "invalid"
@@ -175,7 +175,7 @@ def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refus
     return ShapeVerdict(delta_pct=delta, threshold_pct=threshold, status=status, reason=reason, **common)
 
 
-def baseline_noise(stats: dict) -> float:
+def effective_noise(stats: dict) -> float:
     """A shape's noise for the threshold: within-run, or between runs when larger (either side)."""
     return max(stats["noise_pct"], stats.get("between_run_noise_pct") or 0.0)
 
