@@ -64,6 +64,27 @@ def test_measure_shape_times_every_dispatch_and_plants_slowdown():
     assert statistics.median(t for r in planted for t in r) > statistics.median(t for r in reps for t in r) * 1.2
 
 
+
+def test_a_planted_shape_keeps_its_spin_when_the_fixed_cost_exceeds_the_plant():
+    """Run 5 sized the spin to nothing on shapes whose 5 % was below the fixed cost: they ran
+    unplanted while calibrate counted them as planted. Now they overshoot instead."""
+    class CostlySpin(payload.WallTimer):
+        spin_cost_us = 1e6
+
+        def __init__(self):
+            self.planted = []
+
+        def rep(self, fn, n, hold_us, plant_us):
+            self.planted.append(plant_us)
+            return super().rep(fn, n, hold_us, plant_us)
+
+    timer = CostlySpin()
+    method = Method(warmup=2, dispatches=10, reps=2, max_seconds_per_shape=10.0, min_dispatches=10)
+    _, facts = payload.measure_shape(_NoTorch(), timer, lambda: None, method, plant_pct=5.0)
+    assert facts["planted_gap_us"] == 1e6
+    assert timer.planted[0] == 0.0                                  # the unplanted pilot rep
+    assert timer.planted[1:] == [payload.MIN_PLANT_US] * 2 and payload.MIN_PLANT_US > 0
+
 def _torch_python() -> str:
     """A Python with torch: $MHA_CI_TEST_TORCH_PYTHON, else the golden toolchain's venv (built or
     reused through the venv executor, as `mha-ci run` would)."""

@@ -36,9 +36,9 @@ adds a spin kernel of 5 % of the shape's warm-up median inside every timed dispa
 attention kernel); MHA_PERF_PLANT_KEYS=glob,glob limits it to matching keys. The percentage
 is recorded in the provenance and per result, so a planted run is never mistaken for a
 baseline. Each planted spin is one extra launch; its fixed cost on a full queue (launch gap and
-kernel start, a few us) is measured once per process and taken off the spin, but on shapes
-where that cost alone exceeds the planted amount (shapes under ~60 us) the slowdown
-overshoots (the calibrate report shows the realised delta).
+kernel start, about a microsecond behind a kernel) is measured once per process and taken off
+the spin; on shapes where that cost alone exceeds the planted amount (shapes under ~20 us at
+5 %) the slowdown overshoots (the calibrate report shows the realised delta).
 
 Interleaving (`--lockstep DIR:a` and `--lockstep DIR:b`, two processes, usually two
 toolchains, on one GPU): the two take turns shape by shape in ABBA order; see
@@ -70,6 +70,8 @@ _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 L2_FLUSH_BYTES = 256 * 2**20
 # Longest time the pre-rep spin may hold the GPU (a rep enqueues at most `dispatches` calls).
 MAX_HOLD_US = 200_000
+# Shortest planted spin (us): one clock cycle's worth, so that a planted shape always gets one.
+MIN_PLANT_US = 0.001
 
 
 # inputs and kernels ------------------------------------------------------------------------
@@ -156,17 +158,24 @@ class CudaTimer:
 
     @functools.cached_property
     def spin_cost_us(self) -> float:
-        """What a near-empty spin adds between a pair of events on a full queue (us): the fixed
-        cost of appending a planted spin to a dispatch, measured as the reps run. Only planted
-        runs need it, so it is measured on first use."""
-        n = 40
+        """What appending a near-empty spin to a dispatch adds between its pair of events on a
+        full queue (us): the fixed cost taken off every planted spin. Only planted runs need it,
+        so it is measured on first use.
+
+        Measured the way the plant runs: a spin launched right behind a real kernel. (Measured
+        between two bare events instead it read 2.05 us on the H200, while a spin behind an
+        attention kernel cost about 0.8 us: the next kernel's launch overlaps the previous
+        one's tail. A plant sized with 2.05 us realised 3.2 % instead of 5 % on 70 us shapes
+        and nothing at all on shapes under 41 us; run 5, calibration/planted5-run5.)"""
+        torch = self.torch
+        n = 200
+        buf = torch.empty(1 << 20, dtype=torch.float32, device="cuda")
 
         def median_of(work) -> float:
-            torch = self.torch
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
             torch.cuda.synchronize()
-            torch.cuda._sleep(int(2000 * self.cycles_per_us))     # hold the GPU while we enqueue
+            torch.cuda._sleep(int(5000 * self.cycles_per_us))     # hold the GPU while we enqueue
             for s, e in zip(starts, ends):
                 s.record()
                 work()
@@ -174,7 +183,15 @@ class CudaTimer:
             torch.cuda.synchronize()
             return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends))
 
-        return max(0.0, median_of(lambda: self.torch.cuda._sleep(1)) - median_of(lambda: None))
+        def kernel():
+            buf.mul_(1.0)
+
+        def kernel_then_spin():
+            buf.mul_(1.0)
+            torch.cuda._sleep(1)
+
+        kernel_then_spin()                  # load both kernels before timing
+        return max(0.0, median_of(kernel_then_spin) - median_of(kernel))
 
     def spin(self, us: float) -> None:
         if us > 0:
@@ -255,13 +272,15 @@ def measure_shape(torch, timer, call, method: Method, plant_pct: float) -> tuple
     plant_base_us, plant_gap_us, plant_us = estimate, 0.0, 0.0
     if plant_pct > 0:
         # The planted amount is a share of the dispatch as the reps time it: one unplanted pilot
-        # rep on a full queue. (The warm-up median also holds the host's launch latency: based on
-        # it, a 5 % plant realised a median 9.1 % over the planted shapes, run 4.) The spin is a second launch whose fixed
-        # cost (launch gap, kernel start) the timer measured once; it comes off the spin.
-        # Shapes too short for that (planted amount under the fixed cost) still overshoot.
+        # rep on a full queue. (The warm-up median also holds the host's launch latency: based
+        # on it, a 5 % plant realised a median 9.1 % over the planted shapes, run 4.) The spin
+        # is a second launch whose fixed cost the timer measured once; it comes off the spin.
+        # A planted shape always gets its spin, even where the fixed cost alone exceeds the
+        # planted amount (it then overshoots): a spin sized to nothing would leave the shape
+        # unplanted while calibrate counts it as planted (run 5 did that to 17 shapes).
         plant_base_us = statistics.median(timer.rep(call, n, hold_us, 0.0))
         plant_gap_us = timer.spin_cost_us
-        plant_us = max(0.0, plant_base_us * plant_pct / 100.0 - plant_gap_us)
+        plant_us = max(MIN_PLANT_US, plant_base_us * plant_pct / 100.0 - plant_gap_us)
     reps = [timer.rep(call, n, hold_us, plant_us) for _ in range(method.reps)]
     return reps, {"first_call_s": round(first_call_s, 3), "warmup_median_us": round(estimate, 3),
                   "enqueue_us": round(enqueue_us, 2), "planted_us": round(plant_us, 3),

@@ -1,0 +1,31 @@
+#!/bin/bash
+# H200 x2, run 7: the planted-slowdown check with the spin's fixed cost measured behind a real
+# kernel, and a planted shape never left without its spin (run 5 subtracted 2.05 us measured
+# between bare events: 5 % realised 3.2 % on 70 us shapes and nothing under 41 us). Sent as
+#   MHA_CI_COMMIT=<sha> bash perf_baselines/h200/run7.sh   carry: [perf_inputs]   kind: nvidia-h200-x2 (or nvidia-h200: GPU0's part only)
+# Triton 3.6 (the image's), full set. On each GPU an unplanted run A, then the same build with
+# 5 % planted on the dense shapes (the varlen shapes stay unplanted as the control).
+set -u
+export PYTHONUNBUFFERED=1 MHA_CI_COMMIT=${MHA_CI_COMMIT:-unknown}
+R=/tmp/res7; rm -rf $R; mkdir -p $R
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > $R/smi-start.csv
+perf() { # name timeout [VAR=value ...]
+  local name=$1 limit=$2 t0=$SECONDS; shift 2
+  env MHA_CI_PINS='{"toolchain":"triton-3.6","mode":"enforce","pins":{"triton":"3.6.0"}}' PYTHONPATH=src "$@" \
+    timeout "$limit" python3 -m mha_ci.payloads.perf --shapes perf_inputs/full/shapes.json \
+    --method perf_inputs/full/method.json --out "$R/$name.json" \
+    --toolchain triton-3.6 --executor host > "$R/$name.log" 2>&1
+  echo "rc=$? wall_s=$((SECONDS - t0))" >> "$R/$name.log"
+}
+pair() { # gpu
+  export CUDA_VISIBLE_DEVICES=$1
+  perf perf-3.6-full-a-gpu$1 240
+  perf perf-3.6-full-planted5-dense-gpu$1 260 MHA_PERF_PLANT_SLOWDOWN=5 'MHA_PERF_PLANT_KEYS=dense_*'
+}
+pair 0 &
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  (sleep 15; pair 1) &   # GPU0 compiles first; GPU1 then mostly reads the shared compile cache
+fi
+wait
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > $R/smi-end.csv
+tar -C $R -czf $OUT/run7.tgz . && ls -la $OUT
