@@ -3,11 +3,13 @@
 # kernel, and a planted shape never left without its spin (run 5 subtracted 2.05 us measured
 # between bare events: 5 % realised 3.2 % on 70 us shapes and nothing under 41 us). Sent as
 #   MHA_CI_COMMIT=<sha> bash perf_baselines/h200/run7.sh   carry: [perf_inputs]   kind: nvidia-h200-x2 (or nvidia-h200: GPU0's part only)
+# Run 8 is the same script at the commit whose plant is corrected per shape by a planted pilot
+# rep (run 7's realised 2.3-3.9 % on power-bound prefill shapes of GPU1): RUN=8 bash ... .
 # Triton 3.6 (the image's), full set. On each GPU an unplanted run A, then the same build with
 # 5 % planted on the dense shapes (the varlen shapes stay unplanted as the control).
 set -u
 export PYTHONUNBUFFERED=1 MHA_CI_COMMIT=${MHA_CI_COMMIT:-unknown}
-R=/tmp/res7; rm -rf $R; mkdir -p $R
+RUN=${RUN:-7}; R=/tmp/res$RUN; rm -rf $R; mkdir -p $R
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > $R/smi-start.csv
 perf() { # name timeout [VAR=value ...]
   local name=$1 limit=$2 t0=$SECONDS; shift 2
@@ -28,4 +30,4 @@ if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
 fi
 wait
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > $R/smi-end.csv
-tar -C $R -czf $OUT/run7.tgz . && ls -la $OUT
+tar -C $R -czf $OUT/run$RUN.tgz . && ls -la $OUT
