@@ -37,10 +37,8 @@ attention kernel); MHA_PERF_PLANT_KEYS=glob,glob limits it to matching keys. The
 is recorded in the provenance and per result, so a planted run is never mistaken for a
 baseline. Each planted spin is one extra launch; its fixed cost on a full queue (launch gap and
 kernel start, about a microsecond behind a kernel) is measured once per process and taken off
-the spin; then one planted pilot rep shows what the spin really adds on the shape, and the spin
-is corrected by the difference (bounded to twice the planted amount). On shapes where the fixed
-cost alone exceeds the planted amount the slowdown overshoots. The calibrate report shows the
-realised delta of every planted shape against the unplanted run.
+the spin; on shapes where that cost alone exceeds the planted amount (shapes under ~20 us at
+5 %) the slowdown overshoots (the calibrate report shows the realised delta).
 
 Interleaving (`--lockstep DIR:a` and `--lockstep DIR:b`, two processes, usually two
 toolchains, on one GPU): the two take turns shape by shape in ABBA order; see
@@ -271,32 +269,26 @@ def measure_shape(torch, timer, call, method: Method, plant_pct: float) -> tuple
     enqueue_us = (time.perf_counter() - t0) / 3 * 1e6
     n = dispatches_per_rep(estimate, method)
     hold_us = n * enqueue_us * 1.5 + 100.0
-    plant_base_us, plant_gap_us, plant_us, plant_first_us = estimate, 0.0, 0.0, 0.0
+    plant_base_us, plant_gap_us, plant_us = estimate, 0.0, 0.0
     if plant_pct > 0:
         # The planted amount is a share of the dispatch as the reps time it: one unplanted pilot
         # rep on a full queue. (The warm-up median also holds the host's launch latency: based
         # on it, a 5 % plant realised a median 9.1 % over the planted shapes, run 4.) The spin
         # is a second launch whose fixed cost the timer measured once; it comes off the spin.
-        plant_base_us = statistics.median(timer.rep(call, n, hold_us, 0.0))
-        plant_gap_us = timer.spin_cost_us
-        target_us = plant_base_us * plant_pct / 100.0
-        plant_first_us = max(MIN_PLANT_US, target_us - plant_gap_us)
-        # Then one planted pilot rep, and the spin corrected by what it really added on this
-        # shape. Sized open-loop, a 5 % plant realised 2.3-3.9 % on power-bound 8192-token
-        # prefill shapes of one H200 (run 7, GPU1): the idle spin lets the clocks recover, so
-        # the attention kernel itself ran faster. The correction is bounded so that one noisy
-        # pilot cannot turn the plant into nothing or into several times its size.
-        trial_us = statistics.median(timer.rep(call, n, hold_us, plant_first_us))
-        corrected = plant_first_us + target_us - (trial_us - plant_base_us)
-        # A planted shape always keeps a spin, even where the fixed cost alone exceeds the
+        # Not corrected per shape by a planted pilot rep: tried in run 8, the first rep after
+        # the warm-up often runs faster than the later ones (the clocks have not settled), so
+        # the correction removed whole plants (9-11 shapes realised under 3 %, against 1-4
+        # open-loop in run 7).
+        # A planted shape always gets its spin, even where the fixed cost alone exceeds the
         # planted amount (it then overshoots): a spin sized to nothing would leave the shape
         # unplanted while calibrate counts it as planted (run 5 did that to 17 shapes).
-        plant_us = min(max(MIN_PLANT_US, corrected), 2.0 * target_us)
+        plant_base_us = statistics.median(timer.rep(call, n, hold_us, 0.0))
+        plant_gap_us = timer.spin_cost_us
+        plant_us = max(MIN_PLANT_US, plant_base_us * plant_pct / 100.0 - plant_gap_us)
     reps = [timer.rep(call, n, hold_us, plant_us) for _ in range(method.reps)]
     return reps, {"first_call_s": round(first_call_s, 3), "warmup_median_us": round(estimate, 3),
                   "enqueue_us": round(enqueue_us, 2), "planted_us": round(plant_us, 3),
-                  "planted_base_us": round(plant_base_us, 3), "planted_gap_us": round(plant_gap_us, 3),
-                  "planted_first_us": round(plant_first_us, 3)}
+                  "planted_base_us": round(plant_base_us, 3), "planted_gap_us": round(plant_gap_us, 3)}
 
 
 # driver ------------------------------------------------------------------------------------
