@@ -77,6 +77,29 @@ def test_a_side_whose_partner_left_finishes_alone(tmp_path):
     assert side.record()["broken"] == side.broken
 
 
+
+def test_a_partner_that_hands_over_its_last_turn_and_leaves_is_not_a_break(tmp_path, monkeypatch):
+    """The race behind a CI failure (fresh clone, 2026-11-30): b did its last step, handed the
+    turn to a and left, all between a's read of the turn and a's look for b's gone-marker. a
+    then called the interleaving broken and measured its last shape alone."""
+    folder = lockstep.prepare(tmp_path / "lock")
+    a = lockstep.Lockstep(folder, "a", shapes=2, poll_s=0.001)
+    last = len(a.steps) - 1                      # shape 2 runs b then a: a's last step comes last
+    due = a.steps[last]
+    real_read = lockstep._read_turn
+    reads = []
+
+    def stale_then_real(folder_):
+        reads.append(1)
+        if len(reads) == 1:                      # a reads the turn while b still holds it ...
+            lockstep._write_turn(folder, due)    # ... then b hands it over ...
+            (folder / "gone-b").write_text("1\n")   # ... and leaves
+            return due - 1
+        return real_read(folder_)
+
+    monkeypatch.setattr(lockstep, "_read_turn", stale_then_real)
+    assert a.wait(last) is True and a.broken is None
+
 def test_a_silent_partner_is_given_up_after_the_stall_limit(tmp_path):
     folder = lockstep.prepare(tmp_path / "lock")
     side = lockstep.Lockstep(folder, "b", 2, stall_s=0.2)

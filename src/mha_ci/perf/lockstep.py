@@ -143,15 +143,18 @@ class Lockstep:
             if turn is not None and turn > step:
                 self.broken = f"turn {turn} passed step {step} of role {self.role}"
                 return False
-            if (self.folder / f"gone-{self.partner}").exists():
-                self.broken = f"partner {self.partner} left before step {step}"
-                return False
             now = time.monotonic()
-            if now - last_check > 1.0:
+            why = None
+            if (self.folder / f"gone-{self.partner}").exists():
+                why = "left"
+            elif now - last_check > 1.0:
                 last_check = now
-                if self._partner_dead():
-                    self.broken = f"partner {self.partner} died before step {step}"
-                    return False
+                why = "died" if self._partner_dead() else None
+            # A partner whose last step came just before ours hands the turn over and then
+            # leaves: if it did both since the turn was read above, the turn is ours now.
+            if why and _read_turn(self.folder) != step:
+                self.broken = f"partner {self.partner} {why} before step {step}"
+                return False
             if turn != last:
                 last, last_change = turn, now
             elif now - last_change > self.stall_s:
