@@ -8,11 +8,11 @@ B=perf_baselines/sm90
 mha() { PYTHONPATH=src python3 -m mha_ci "$@"; }
 
 # Baselines. 3.6: five full-set runs from three leases (run 3a GPU0 x2, run 4 GPU0 + GPU1,
-# run 5 GPU0), so the gate knows each shape's between-lease spread. 3.4: the interleaved run
-# (GPU0) and the lone run (GPU1) of lease 3. 3.8: its one full-set run (interleaved, GPU0).
+# run 5 GPU0), so the gate knows each shape's between-lease spread. 3.8: its one full-set run
+# (interleaved, GPU0).
 mha perf combine $H/run3/perf-3.6-full-a.json $H/run3/perf-3.6-full-b.json $H/run4/perf-3.6-full-a-gpu0.json \
   $H/run4/perf-3.6-full-a-gpu1.json $H/run5/perf-3.6-full-a-gpu0.json --out $B/triton-3.6.json
-mha perf combine $H/run3/perf-3.4-full-lockstep.json $H/run3/perf-3.4-full-alone.json --out $B/triton-3.4.json
+# (3.4 is rebuilt with a second lease's runs by analyse-run7-11.sh.)
 cp $H/run3/perf-3.8-full-lockstep.json $B/triton-3.8.json
 
 # Golden (3.4) vs top of tree (3.8): full set interleaved per shape on GPU0, and the PR subset

@@ -4,7 +4,7 @@ choice, as the check. Per lease: A/A false regressions between its two GPUs and 
 committed baseline (perf_baselines/sm90/triton-3.6.json, combined from runs 3-5: the perf job's
 own case), and the share of planted shapes caught, against the same GPU's unplanted run and
 against the committed baseline. Run 8's planted runs are left out: their plant was the per-shape
-corrected one that was taken back (run7.sh). Run by analyse-run7-10.sh; prints markdown."""
+corrected one that was taken back (run7.sh). Run by analyse-run7-11.sh; prints markdown."""
 import itertools
 
 from cross_lease import ROOT, H
