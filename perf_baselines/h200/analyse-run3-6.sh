@@ -6,6 +6,9 @@ cd "$(dirname "$0")/../.."
 H=perf_baselines/h200
 B=perf_baselines/sm90
 mha() { PYTHONPATH=src python3 -m mha_ci "$@"; }
+# calibrate exits 1 when the gate misses a bar of pipelines/perf.yaml on that data: a finding,
+# written into the file like any other; anything else stops the script.
+calibrate() { mha perf calibrate "$@" > /dev/null || [ $? -eq 1 ]; }
 
 # Baselines. 3.6: five full-set runs from three leases (run 3a GPU0 x2, run 4 GPU0 + GPU1,
 # run 5 GPU0), so the gate knows each shape's between-lease spread. 3.8: its one full-set run
@@ -24,17 +27,17 @@ mha perf compare $H/run3/perf-3.4-pr-lockstep-gpu1.json $H/run3/perf-3.8-pr-lock
 
 # Calibration. A/A within one lease (full set and PR subset); planted slowdowns.
 C=$B/calibration
-mha perf calibrate $H/run3/perf-3.6-full-a.json $H/run3/perf-3.6-full-b.json --out $C/aa-full-run3 > /dev/null
-mha perf calibrate $H/run3/perf-3.6-pr-a.json $H/run3/perf-3.6-pr-b.json --out $C/aa-pr-run3 > /dev/null
+calibrate $H/run3/perf-3.6-full-a.json $H/run3/perf-3.6-full-b.json --out $C/aa-full-run3
+calibrate $H/run3/perf-3.6-pr-a.json $H/run3/perf-3.6-pr-b.json --out $C/aa-pr-run3
 # 5 % planted (plant sized on a pilot rep); the A/A part here pairs two leases (run 5 vs run 4).
-mha perf calibrate $H/run5/perf-3.6-full-a-gpu0.json $H/run4/perf-3.6-full-a-gpu0.json \
-  --planted $H/run5/perf-3.6-full-planted5-dense-gpu0.json --out $C/planted5-run5 > /dev/null
+calibrate $H/run5/perf-3.6-full-a-gpu0.json $H/run4/perf-3.6-full-a-gpu0.json \
+  --planted $H/run5/perf-3.6-full-planted5-dense-gpu0.json --out $C/planted5-run5
 # 5 % planted with the older plant (sized on the warm-up median, which holds launch latency).
-mha perf calibrate $H/run4/perf-3.6-full-a-gpu0.json $H/run4/perf-3.6-full-a-gpu1.json \
-  --planted $H/run4/perf-3.6-full-planted5-dense-gpu0.json --out $C/planted5-run4-old-plant > /dev/null
+calibrate $H/run4/perf-3.6-full-a-gpu0.json $H/run4/perf-3.6-full-a-gpu1.json \
+  --planted $H/run4/perf-3.6-full-planted5-dense-gpu0.json --out $C/planted5-run4-old-plant
 # 10 % planted (older plant, sized on the warm-up median: it overshoots); A/A = the two GPUs of run 4.
-mha perf calibrate $H/run4/perf-3.6-full-a-gpu1.json $H/run4/perf-3.6-full-a-gpu0.json \
-  --planted $H/run4/perf-3.6-full-planted10-dense-gpu1.json --out $C/planted10-run4 > /dev/null
+calibrate $H/run4/perf-3.6-full-a-gpu1.json $H/run4/perf-3.6-full-a-gpu0.json \
+  --planted $H/run4/perf-3.6-full-planted10-dense-gpu1.json --out $C/planted10-run4
 # 7.5 % planted in a fourth lease, judged as the gate would: against the combined 3.6 baseline.
 mha perf compare $B/triton-3.6.json $H/run6/perf-3.6-full-planted7.5-dense.json \
   --out $C/planted7.5-run6-vs-combined > /dev/null || true

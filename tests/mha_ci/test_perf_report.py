@@ -77,3 +77,48 @@ def test_calibration_counts_false_regressions_and_planted_catches():
     text = calibrate.markdown(result)
     assert "False regressions: 1 (25.0 %)" in text and "caught 3 of 3 (100.0 %)" in text
     assert "| 5 to 7.5 | 3 | 3 |" in text
+
+
+def test_calibration_verdict_holds_both_rates_to_their_bars():
+    keys = KEYS
+    a = doc([entry(k, 100.0, noise=0.5) for k in keys])
+    clean = doc([entry(k, 100.5, noise=0.5) for k in keys])
+    planted = doc([entry(k, 106.0, noise=0.5) for k in keys[:2]] + [entry(k, 101.0, noise=0.5) for k in keys[2:3]],
+                  planted_slowdown_pct=6.0)
+    for e in planted["results"]:
+        e["planted_pct"] = 6.0                       # three planted, the third not really slower
+    bars = calibrate.Bars(max_false_regression_pct=1.0, min_planted_catch_pct=95.0)
+    v = calibrate.calibrate(a, clean, GatePolicy(floor_pct=3.0, k=2.0), planted=planted, bars=bars)["verdict"]
+    assert [(c["bar"], c["value_pct"], c["met"]) for c in v["checks"]] == [
+        ("false_regressions", 0.0, True), ("planted_catch", 66.67, False)]
+    assert v["met"] is False
+    loose = calibrate.Bars(max_false_regression_pct=1.0, min_planted_catch_pct=60.0)
+    result = calibrate.calibrate(a, clean, GatePolicy(floor_pct=3.0, k=2.0), planted=planted, bars=loose)
+    assert result["verdict"]["met"] is True
+    assert "**Calibrated: yes** (false regressions 0.0 % <= 1 %: met; planted shapes caught 66.67 % >= 60 %: met)" \
+        in calibrate.markdown(result)
+    # A/A alone: one false regression in four shapes misses the 1 % bar.
+    noisy = doc([entry(keys[0], 110.0, noise=0.5)] + [entry(k, 100.0, noise=0.5) for k in keys[1:]])
+    result = calibrate.calibrate(a, noisy, GatePolicy(floor_pct=3.0, k=2.0), bars=bars)
+    assert [c["bar"] for c in result["verdict"]["checks"]] == ["false_regressions"]
+    assert result["verdict"]["met"] is False and "**Calibrated: NO**" in calibrate.markdown(result)
+
+
+def test_calibrate_cli_exits_1_when_a_bar_is_missed(tmp_path, repo_root, capsys):
+    import json
+
+    from mha_ci.cli import main
+
+    def write(name, d):
+        path = tmp_path / name
+        path.write_text(json.dumps(d))
+        return str(path)
+
+    a = write("a.json", doc([entry(k, 100.0, noise=0.5) for k in KEYS]))
+    b = write("b.json", doc([entry(k, 100.3, noise=0.5) for k in KEYS]))
+    off = write("off.json", doc([entry(KEYS[0], 110.0, noise=0.5)] + [entry(k, 100.0, noise=0.5) for k in KEYS[1:]]))
+    root = ["--root", str(repo_root)]
+    assert main(root + ["perf", "calibrate", a, b]) == 0
+    assert main(root + ["perf", "calibrate", a, off, "--format", "json"]) == 1
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("{"):])["verdict"]["met"] is False

@@ -8,13 +8,26 @@ Between two runs of the same build every shape's true delta is zero, so:
 With a third measurement of the same build carrying a planted slowdown
 (MHA_PERF_PLANT_SLOWDOWN, see the payload) the catching rate is measured too: the share of
 planted shapes the gate calls a regression, and the delta actually realised.
+
+The verdict holds both rates to the bars of pipelines/perf.yaml (`calibration`): at most 1 % of
+shapes falsely called regressions, at least 95 % of planted shapes caught. `mha-ci perf
+calibrate` exits 1 when a bar is missed, so a calibration run can gate like a comparison.
 """
 from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 
 from mha_ci.perf.compare import GatePolicy, compare
+
+
+@dataclass(frozen=True)
+class Bars:
+    """What a gate must achieve on a machine to be called calibrated (pipelines/perf.yaml)."""
+
+    max_false_regression_pct: float = 1.0
+    min_planted_catch_pct: float = 95.0
 
 
 REALISED_BANDS = ((-100.0, 3.0), (3.0, 5.0), (5.0, 7.5), (7.5, 10.0), (10.0, 20.0), (20.0, 1e9))
@@ -24,7 +37,7 @@ def _ceil_half(x: float) -> float:
     return math.ceil(x * 2) / 2
 
 
-def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None) -> dict:
+def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None, bars: Bars = Bars()) -> dict:
     aa = compare(a, b, policy)
     if aa.refused:
         return {"refused": aa.refused}
@@ -59,7 +72,25 @@ def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None)
     }
     if planted is not None:
         result["planted"] = planted_catch(a, planted, policy)
+    result["verdict"] = verdict(result, bars)
     return result
+
+
+def verdict(result: dict, bars: Bars) -> dict:
+    """Each measured rate against its bar; `met` is False when any bar is missed or cannot be
+    judged (no valid shape, a refused planted run, no planted shape)."""
+    checks = []
+    rate = result["false_regression_rate"]
+    checks.append({"bar": "false_regressions", "value_pct": None if rate is None else round(100 * rate, 2),
+                   "limit_pct": bars.max_false_regression_pct, "at_most": True,
+                   "met": rate is not None and 100 * rate <= bars.max_false_regression_pct})
+    planted = result.get("planted")
+    if planted is not None:
+        catch = planted.get("catch_rate")
+        checks.append({"bar": "planted_catch", "value_pct": None if catch is None else round(100 * catch, 2),
+                       "limit_pct": bars.min_planted_catch_pct, "at_most": False,
+                       "met": catch is not None and 100 * catch >= bars.min_planted_catch_pct})
+    return {"checks": checks, "met": all(c["met"] for c in checks)}
 
 
 def planted_catch(a: dict, planted: dict, policy: GatePolicy) -> dict:
@@ -104,6 +135,7 @@ def markdown(result: dict) -> str:
     g = result["gate"]
     lines = ["# Perf calibration (A/A)", "",
              f"Gate under test: floor {g['floor_pct']} %, k {g['k']}, invalid above {g['invalid_noise_pct']} % noise.",
+             _verdict_line(result.get("verdict")),
              f"Valid shapes: {result['shapes_valid']} of {result['shapes_total']}.",
              f"False regressions: {len(result['false_regressions'])} "
              f"({_pct(result['false_regression_rate'])}); false improvements: {len(result['false_improvements'])} "
@@ -135,6 +167,16 @@ def markdown(result: dict) -> str:
         lines.append(f"| `{s['key']}` | {_num(s['noise_a_pct'])} | {_num(s['noise_b_pct'])} | "
                      f"{_num(s['aa_delta_pct'])} | {_num(s['smallest_caught_pct'])} | {s['status']} |")
     return "\n".join(lines) + "\n"
+
+
+def _verdict_line(v: dict | None) -> str:
+    if not v:
+        return ""
+    names = {"false_regressions": "false regressions", "planted_catch": "planted shapes caught"}
+    parts = [f"{names[c['bar']]} {'-' if c['value_pct'] is None else c['value_pct']} % "
+             f"{'<=' if c['at_most'] else '>='} {c['limit_pct']:g} %: {'met' if c['met'] else 'MISSED'}"
+             for c in v["checks"]]
+    return f"**Calibrated: {'yes' if v['met'] else 'NO'}** ({'; '.join(parts)})."
 
 
 def _band(band) -> str:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mha_ci.errors import ConfigError
 from mha_ci.model.yaml_source import closest, load_validated
+from mha_ci.perf.calibrate import Bars
 from mha_ci.perf.compare import GatePolicy
 from mha_ci.perf.stats import Method
 
@@ -63,6 +64,11 @@ class MeasureSpec(_Strict):
         return self
 
 
+class CalibrationSpec(_Strict):
+    max_false_regression_pct: float = Field(ge=0, le=100, default=1.0)
+    min_planted_catch_pct: float = Field(ge=0, le=100, default=95.0)
+
+
 class SubsetSpec(_Strict):
     size: int = Field(ge=1)
     always: list[str] = []      # shape keys always in the pull-request subset
@@ -73,6 +79,7 @@ class PerfFile(_Strict):
     refresh: RefreshSpec
     measure: MeasureSpec
     subset: SubsetSpec
+    calibration: CalibrationSpec = CalibrationSpec()
 
 
 # workloads.yaml ----------------------------------------------------------------------------
@@ -169,6 +176,11 @@ def gate_policy(spec: PerfFile) -> GatePolicy:
     return GatePolicy(floor_pct=g.floor_pct, k=g.k, invalid_noise_pct=g.invalid_noise_pct,
                       stall_factor=g.stall_factor, stall_min_excess_us=g.stall_min_excess_us,
                       fail_on_stall=g.fail_on_stall, fail_on_invalid=g.fail_on_invalid)
+
+
+def calibration_bars(spec: PerfFile) -> Bars:
+    c = spec.calibration
+    return Bars(max_false_regression_pct=c.max_false_regression_pct, min_planted_catch_pct=c.min_planted_catch_pct)
 
 
 def method(spec: PerfFile) -> Method:
