@@ -36,9 +36,9 @@ adds a spin kernel of 5 % of the shape's warm-up median inside every timed dispa
 attention kernel); MHA_PERF_PLANT_KEYS=glob,glob limits it to matching keys. The percentage
 is recorded in the provenance and per result, so a planted run is never mistaken for a
 baseline. Each planted spin is one extra launch; its fixed cost on a full queue (launch gap and
-kernel start, about a microsecond behind a kernel) is measured once per process and taken off
-the spin; on shapes where that cost alone exceeds the planted amount (shapes under ~20 us at
-5 %) the slowdown overshoots (the calibrate report shows the realised delta).
+kernel start: 1.5-1.6 us behind a kernel on the H200) is measured once per process and taken
+off the spin; on shapes where that cost alone exceeds the planted amount (under ~32 us at 5 %)
+the slowdown overshoots (the calibrate report shows the realised delta).
 
 Interleaving (`--lockstep DIR:a` and `--lockstep DIR:b`, two processes, usually two
 toolchains, on one GPU): the two take turns shape by shape in ABBA order; see
@@ -162,11 +162,11 @@ class CudaTimer:
         full queue (us): the fixed cost taken off every planted spin. Only planted runs need it,
         so it is measured on first use.
 
-        Measured the way the plant runs: a spin launched right behind a real kernel. (Measured
-        between two bare events instead it read 2.05 us on the H200, while a spin behind an
-        attention kernel cost about 0.8 us: the next kernel's launch overlaps the previous
-        one's tail. A plant sized with 2.05 us realised 3.2 % instead of 5 % on 70 us shapes
-        and nothing at all on shapes under 41 us; run 5, calibration/planted5-run5.)"""
+        Measured the way the plant runs: a spin launched right behind a real kernel, where its
+        launch overlaps the kernel's tail: 1.50-1.63 us on the H200 (run 7). Measured between
+        two bare events instead it read 2.05 us, and a plant sized with that realised 3.2 %
+        instead of 5 % on 70 us shapes and nothing at all on shapes under 41 us (run 5,
+        calibration/planted5-run5)."""
         torch = self.torch
         n = 200
         buf = torch.empty(1 << 20, dtype=torch.float32, device="cuda")
