@@ -122,3 +122,6 @@ def test_calibrate_cli_exits_1_when_a_bar_is_missed(tmp_path, repo_root, capsys)
     assert main(root + ["perf", "calibrate", a, off, "--format", "json"]) == 1
     out = capsys.readouterr().out
     assert json.loads(out[out.index("{"):])["verdict"]["met"] is False
+    # a "planted" run in which nothing was planted is a usage error, not a 0 % catch rate
+    assert main(root + ["perf", "calibrate", str(a), str(b), "--planted", str(b)]) == 2
+    assert "MHA_PERF_PLANT_SLOWDOWN" in capsys.readouterr().err

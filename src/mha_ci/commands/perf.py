@@ -181,8 +181,11 @@ def cmd_calibrate(args) -> int:
     from mha_ci.perf.document import load_perf, write_json
 
     spec = load_perf_file(args.root)
-    result = calibrate.calibrate(load_perf(args.a), load_perf(args.b), gate_policy(spec),
-                                 planted=load_perf(args.planted) if args.planted else None,
+    planted = load_perf(args.planted) if args.planted else None
+    if planted is not None and not any(e.get("planted_pct") for e in planted["results"]):
+        raise ConfigError("no shape of this run was planted: measure it with MHA_PERF_PLANT_SLOWDOWN=<pct> "
+                          "(and MHA_PERF_PLANT_KEYS=<glob,...> to plant only some shapes)", file=str(args.planted))
+    result = calibrate.calibrate(load_perf(args.a), load_perf(args.b), gate_policy(spec), planted=planted,
                                  bars=calibration_bars(spec))
     text = calibrate.markdown(result)
     print(json.dumps(result, indent=1) if args.format == "json" else text, end="" if args.format == "md" else "\n")
