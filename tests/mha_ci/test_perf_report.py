@@ -122,6 +122,15 @@ def test_calibrate_cli_exits_1_when_a_bar_is_missed(tmp_path, repo_root, capsys)
     assert main(root + ["perf", "calibrate", a, off, "--format", "json"]) == 1
     out = capsys.readouterr().out
     assert json.loads(out[out.index("{"):])["verdict"]["met"] is False
+    planted = doc([entry(k, 106.0, noise=0.5) for k in KEYS], planted_slowdown_pct=6.0)
+    for e in planted["results"]:
+        e["planted_pct"] = 6.0
+    p = write(tmp_path / "planted.json", planted)
+    assert main(root + ["perf", "calibrate", str(a), str(b), "--planted", str(p), "--out", str(tmp_path / "c")]) == 0
+    assert {f.name for f in (tmp_path / "c").iterdir()} == {"calibrate.json", "calibrate.md", "calibrate.png"}
+    assert (tmp_path / "c" / "calibrate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    stored = json.loads((tmp_path / "c" / "calibrate.json").read_text())
+    assert [s["caught"] for s in stored["planted"]["shapes"]] == [True] * len(KEYS)
     # a "planted" run in which nothing was planted is a usage error, not a 0 % catch rate
     assert main(root + ["perf", "calibrate", str(a), str(b), "--planted", str(b)]) == 2
     assert "MHA_PERF_PLANT_SLOWDOWN" in capsys.readouterr().err

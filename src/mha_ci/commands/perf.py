@@ -64,7 +64,7 @@ def register(sub) -> None:
     p.add_argument("b", type=Path)
     p.add_argument("--planted", type=Path, help="a third run of the same build with MHA_PERF_PLANT_SLOWDOWN")
     p.add_argument("--format", choices=("md", "json"), default="md")
-    p.add_argument("--out", type=Path, help="also write calibrate.{json,md} here")
+    p.add_argument("--out", type=Path, help="also write calibrate.{json,md,png} here")
     p.set_defaults(handler=cmd_calibrate)
 
     p = cmds.add_parser("merge", help="join chunk documents (payload --chunk I/N) of one toolchain")
@@ -192,6 +192,8 @@ def cmd_calibrate(args) -> int:
     if args.out:
         write_json(Path(args.out) / "calibrate.json", result)
         (Path(args.out) / "calibrate.md").write_text(text)
+        if "verdict" in result:
+            (Path(args.out) / "calibrate.png").write_bytes(calibrate.plot_png(result))
     if "refused" in result and len(result) == 1:
         return ExitCode.GATE_FAILED
     # A bar of pipelines/perf.yaml (calibration) missed: the gate is not calibrated here.

@@ -15,6 +15,7 @@ calibrate` exits 1 when a bar is missed, so a calibration run can gate like a co
 """
 from __future__ import annotations
 
+import io
 import math
 import statistics
 from dataclasses import dataclass
@@ -118,6 +119,8 @@ def planted_catch(a: dict, planted: dict, policy: GatePolicy) -> dict:
             for lo, hi in REALISED_BANDS
             for band in [[v for v in hits if lo <= v.delta_pct < hi]]],
         "unplanted_false_regressions": [v.key for v in clean if v.status == "regression"],
+        "shapes": [{"key": v.key, "delta_pct": round(v.delta_pct, 3), "threshold_pct": round(v.threshold_pct, 3),
+                    "caught": v.status == "regression"} for v in hits],
     }
 
 
@@ -194,3 +197,56 @@ def _num(x) -> str:
 
 def _fmt_summary(s) -> str:
     return "-" if not s else f"min {s['min']}, median {s['median']}, p90 {s['p90']}, max {s['max']}"
+
+
+def plot_png(result: dict) -> bytes:
+    """What the numbers say, per shape. Top: the A/A delta of every valid shape (shapes sorted by
+    the smallest slowdown the gate catches on them, drawn as the dashed band); a bar outside the
+    band is a false call. Bottom, with a planted run: the slowdown each planted shape really got,
+    green where the gate caught it, red where it did not, against the same kind of band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    planted = result.get("planted") if result.get("planted") and "refused" not in result["planted"] else None
+    rows = 2 if planted else 1
+    fig, axes = plt.subplots(rows, 1, figsize=(12.0, 4.2 * rows), dpi=100, squeeze=False)
+    aa = sorted((s for s in result["shapes"] if s["status"] != "invalid"), key=lambda s: s["smallest_caught_pct"])
+    ax = axes[0][0]
+    xs = range(len(aa))
+    ax.bar(xs, [s["aa_delta_pct"] for s in aa], width=0.85,
+           color=["#d62828" if s["status"] != "ok" else "#9a9a9a" for s in aa])
+    ax.step(xs, [s["smallest_caught_pct"] for s in aa], where="mid", color="black", linestyle="--", linewidth=0.7)
+    ax.step(xs, [-s["smallest_caught_pct"] for s in aa], where="mid", color="black", linestyle="--", linewidth=0.7)
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_xticks([])
+    ax.set_xlabel(f"shape ({len(aa)} valid), sorted by the smallest slowdown caught")
+    ax.set_ylabel("A/A delta %")
+    ax.set_title(f"A/A: {len(result['false_regressions'])} false regressions, "
+                 f"{len(result['false_improvements'])} false improvements; dashed: +/- threshold", fontsize=10)
+    if planted:
+        shapes = sorted(planted["shapes"], key=lambda s: s["delta_pct"])
+        ax = axes[1][0]
+        xs = range(len(shapes))
+        ax.bar(xs, [s["delta_pct"] for s in shapes], width=0.85,
+               color=["#2a9d3f" if s["caught"] else "#d62828" for s in shapes])
+        ax.step(xs, [s["threshold_pct"] for s in shapes], where="mid", color="black", linestyle="--", linewidth=0.7)
+        for pct in planted["nominal_pct"]:
+            ax.axhline(pct, color="#1d3557", linewidth=0.8, linestyle=":")
+        ax.set_xticks([])
+        ax.set_xlabel(f"planted shape ({len(shapes)}), sorted by the slowdown realised")
+        ax.set_ylabel("realised slowdown %")
+        rate = planted["catch_rate"]
+        ax.set_title(f"planted {', '.join(f'{p:g}' for p in planted['nominal_pct'])} % (dotted): caught "
+                     f"{planted['caught']} of {planted['planted_shapes']}"
+                     f"{'' if rate is None else f' ({100 * rate:.1f} %)'}; green caught, red missed; "
+                     "dashed: threshold", fontsize=10)
+    verdict_ = result.get("verdict")
+    if verdict_:
+        fig.suptitle(f"calibrated: {'yes' if verdict_['met'] else 'NO'}", fontsize=11)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
