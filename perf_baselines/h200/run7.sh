@@ -6,7 +6,7 @@
 # Run 8 is the same script at commit da4b9cd, whose plant was corrected per shape by a planted
 # pilot rep (run 7's realised 2.3-3.9 % on power-bound prefill shapes of GPU1); that made it
 # worse and was taken back (see measure_shape): RUN=8 bash ... . Run 9 is run 7's plant again,
-# 7.5 % on GPU1: RUN=9 PLANT1=7.5 bash ... .
+# 7.5 % on GPU1: RUN=9 PLANT1=7.5 bash ... . Run 10, after the gate's k was lowered to 2: RUN=10.
 # Triton 3.6 (the image's), full set. On each GPU an unplanted run A, then the same build with
 # 5 % planted on the dense shapes (the varlen shapes stay unplanted as the control).
 set -u
