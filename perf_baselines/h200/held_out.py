@@ -7,9 +7,10 @@ against the committed baseline. Run 8's planted runs are left out: their plant w
 corrected one that was taken back (run7.sh). Run by analyse-run7-11.sh; prints markdown."""
 import itertools
 
-from cross_lease import ROOT, H
+from cross_lease import LEASES, ROOT, H
 
 from mha_ci.perf.calibrate import planted_catch
+from mha_ci.perf.combine import combine
 from mha_ci.perf.compare import GatePolicy, compare
 from mha_ci.perf.config import gate_policy, load_perf_file
 from mha_ci.perf.document import load_perf
@@ -76,6 +77,7 @@ def main() -> None:
     print("\n## Every run, committed gate\n")
     print(HEADER)
     print(row(f"floor {committed.floor_pct}, k {committed.k}", judge(CHOICE + CHECK, committed, docs, baseline)))
+    every_lease(committed, docs)
     print("\nPer planted run, committed gate:\n")
     for p, a, _, _ in PLANTED:
         for name, base in ((a, docs[a]), ("committed baseline", baseline)):
@@ -83,6 +85,26 @@ def main() -> None:
             r = c["realised_delta_pct"]
             print(f"- {p} vs {name}: {c['caught']} of {c['planted_shapes']}, realised median {r['median']} % "
                   f"(min {r['min']}, p90 {r['p90']})")
+
+
+def every_lease(policy: GatePolicy, docs: dict) -> None:
+    """Leave one lease out: each lease's A runs (and its 5 % planted runs, judged against the
+    same GPU's A run's lease) against a baseline combined from the A runs of every other lease."""
+    leases = {**LEASES, **{f"L{n}": runs for n, runs in A_RUNS.items()}}
+    docs = {**docs, **{r: load_perf(H / r) for runs in LEASES.values() for r in runs}}
+    print("\n## Each lease against a baseline combined from every other lease (L3-L5, L7-L10)\n")
+    print("| lease | run | false regressions of 231 | planted 5 % caught |\n|---|---|---|---|")
+    caught = total = 0
+    for lease, runs in leases.items():
+        others = [r for other, rs in leases.items() if other != lease for r in rs]
+        base = combine([docs[r] for r in others], names=others, max_noise_pct=policy.invalid_noise_pct)
+        for run in runs:
+            planted = [p for p, a, _, pct in PLANTED if a == run and pct == "5"]
+            catch = [planted_catch(base, docs[p], policy) for p in planted]
+            caught += sum(c["caught"] for c in catch)
+            total += sum(c["planted_shapes"] for c in catch)
+            print(f"| {lease} | {run} | {compare(base, docs[run], policy).summary['regression']} | {pooled(catch)} |")
+    print(f"\nPlanted 5 %, every lease against the others: {caught}/{total} ({100 * caught / total:.1f} %).")
 
 
 if __name__ == "__main__":
