@@ -3,19 +3,21 @@
     mha-ci perf shapes    [--subset pr|full] [--shape GLOB ...] [--out DIR] [--format text|json]
     mha-ci perf measure   [--toolchain T] [--arch A] [--subset pr|full] [--executor E] [--out D]
                           [--kernel mha|sdpa] [--shape GLOB ...] [--repeat N] [--interleave T2 [--chunks N]]
+                          [--against REF]
     mha-ci perf compare   BASE CAND [--format text|md|json] [--out D] [--cross-toolchain]
     mha-ci perf calibrate A B [--planted P] [--format md|json] [--out D]
     mha-ci perf merge     CHUNK.json ... --out FILE
     mha-ci perf combine   RUN.json RUN.json ... --out FILE
     mha-ci perf refresh   [--arch A] [--toolchain T ...] [--executor E] [--out D] [--always]
 
-Exit codes: compare/measure --interleave 1 when the gate fails (a regression, or two documents
+Exit codes: compare/measure --interleave/--against 1 when the gate fails (a regression, or two documents
 that must not be compared); calibrate 1 when the gate misses a bar of perf.yaml's `calibration`
 (or the runs must not be compared); 2 bad files or options; 3 no device or a pin mismatch.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -49,6 +51,9 @@ def register(sub) -> None:
                    help="also measure toolchain T2 on the same GPU, taking turns shape by shape (ABBA)")
     p.add_argument("--chunks", type=int, default=None,
                    help="with --interleave: alternate N strided chunks, one process each, instead of shapes")
+    p.add_argument("--against", metavar="REF",
+                   help="also measure the kernel (src/mha) of git REF, same toolchain and GPU, taking turns "
+                        "shape by shape with the working tree, and gate the working tree against it")
     p.set_defaults(handler=cmd_measure)
 
     p = cmds.add_parser("compare", help="classify every shape of CAND against BASE (exit 1 on regression)")
@@ -124,6 +129,8 @@ def cmd_measure(args) -> int:
     toolchain = args.toolchain or _golden(pipeline)
     arch = args.arch or _local_arch(pipeline)
     out_dir = (args.out or args.root / "out" / "perf").resolve()
+    if args.against:
+        return _measure_against(args, pipeline, toolchain, arch, out_dir)
     rel = f"perf-{arch}-{toolchain}" + (f"-vs-{args.interleave}" if args.interleave else "")
     _, _, count = write_inputs(args.root, out_dir / rel, args.subset, args.shape)
     executor = make_executor(args.executor, args.root)
@@ -147,6 +154,41 @@ def cmd_measure(args) -> int:
                                    args.chunks, kernel=args.kernel)
     comparison = compare(docs[toolchain], docs[args.interleave], gate_policy(load_perf_file(args.root)),
                          cross_toolchain=True)
+    paths = report.write_all(comparison, out_dir / rel)
+    print(report.text(comparison), end="")
+    print(f"mha-ci perf: reports in {paths['html'].parent}", file=sys.stderr)
+    return ExitCode.GATE_FAILED if comparison.gate_failed else ExitCode.OK
+
+
+def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -> int:
+    """`measure --against REF`: base (REF's kernel) and head (the working tree's) interleaved."""
+    from mha_ci.commands.run import make_executor
+    from mha_ci.executors.venv import cache_root
+    from mha_ci.perf import report
+    from mha_ci.perf.base_checkout import materialise, resolve
+    from mha_ci.perf.compare import compare
+    from mha_ci.perf.config import gate_policy, load_perf_file
+    from mha_ci.perf.job import measure_against, write_inputs
+    from mha_ci.perf.provenance import git_commit
+
+    for option, value in (("--interleave", args.interleave), ("--chunks", args.chunks)):
+        if value is not None:
+            raise ConfigError(f"{option} and --against are two different comparisons; pass one", key=option)
+    if args.repeat != 1:
+        raise ConfigError("--repeat is not supported with --against (one interleaved run per call)", key="--repeat")
+    sha = resolve(args.root, args.against)
+    rel = f"perf-{arch}-{toolchain}-against-{sha[:12]}"
+    _, _, count = write_inputs(args.root, out_dir / rel, args.subset, args.shape)
+    base_root = out_dir / rel / "base-checkout"
+    materialise(args.root, sha, base_root)
+    # One venv (or image) for both sides: the toolchain is the same, only the kernel differs.
+    executors = (make_executor(args.executor, base_root, cache=cache_root(args.root)),
+                 make_executor(args.executor, args.root))
+    head = os.environ.get("MHA_CI_COMMIT") or git_commit(args.root)
+    print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}: the kernel of "
+          f"{args.against} ({sha[:12]}) and of the working tree, taking turns per shape", file=sys.stderr)
+    docs = measure_against(executors, (sha, head), pipeline, toolchain, arch, out_dir, rel, kernel=args.kernel)
+    comparison = compare(docs["base"], docs["head"], gate_policy(load_perf_file(args.root)))
     paths = report.write_all(comparison, out_dir / rel)
     print(report.text(comparison), end="")
     print(f"mha-ci perf: reports in {paths['html'].parent}", file=sys.stderr)

@@ -101,10 +101,12 @@ def split_by_device(pipeline, jobs: list[PlannedJob], devices: frozenset[str], *
     return runnable, not_run
 
 
-def make_executor(name: str, root: Path):
+def make_executor(name: str, root: Path, *, cache: Path | None = None):
+    """`cache`: where the venv executor keeps its venvs, when not under `root` (a base checkout
+    made for `perf measure --against` shares the working tree's)."""
     if name == "venv":
         from mha_ci.executors.venv import VenvExecutor
-        return VenvExecutor(root)
+        return VenvExecutor(root, cache=cache)
     if name == "host":
         from mha_ci.executors.host import HostExecutor
         return HostExecutor(root)

@@ -68,7 +68,7 @@ def write_inputs(root: Path, folder: Path, subset: str, keys: list[str] | None =
 
 def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, rel: str, *, kernel: str = "mha",
                 chunk: str | None = None, out_name: str = "perf.json", log_prefix: str = "perf",
-                extra_args: tuple[str, ...] = ()) -> dict:
+                extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None) -> dict:
     """Run the payload on out_dir/rel/{shapes,method}.json; returns the perf document."""
     from mha_ci.executors.base import PayloadRun
 
@@ -86,6 +86,7 @@ def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, re
         args += ["--device", "cpu"]
     env = {k: os.environ[k] for k in ("MHA_PERF_PLANT_SLOWDOWN", "MHA_PERF_PLANT_KEYS", "MHA_CI_COMMIT")
            if k in os.environ}
+    env.update(extra_env or {})
     result = executor.run(PayloadRun(module="perf", args=tuple(args), toolchain=pipeline.toolchains[toolchain],
                                      arch=pipeline.archs[arch], out_dir=out_dir, env=env,
                                      timeout_s=PAYLOAD_TIMEOUT_S, log_prefix=log_prefix))
@@ -151,29 +152,45 @@ def measure_interleaved(executor, pipeline, toolchains: tuple[str, str], arch: s
 def measure_lockstep(executor, pipeline, toolchains: tuple[str, str], arch: str, out_dir: Path, rel: str,
                      kernel: str = "mha") -> dict[str, dict]:
     """Both toolchains' payloads at once, taking turns per shape; {toolchain: perf document}."""
-    from mha_ci.perf import lockstep
-
     if toolchains[0] == toolchains[1]:
         raise ConfigError("--interleave needs a second toolchain, not the same one twice", key="--interleave")
+    return _take_turns([(toolchain, executor, toolchain, f"perf-{toolchain}.json", {}) for toolchain in toolchains],
+                       pipeline, arch, out_dir, rel, kernel)
+
+
+def measure_against(executors: tuple, commits: tuple[str, str], pipeline, toolchain: str, arch: str,
+                    out_dir: Path, rel: str, kernel: str = "mha") -> dict[str, dict]:
+    """The base commit's kernel and the working tree's, one toolchain, taking turns per shape on
+    one device (mha_ci.perf.base_checkout says why); {"base": doc, "head": doc}. `executors` and
+    `commits` are (base, head); the base executor's root is the folder base_checkout wrote."""
+    sides = [(name, ex, toolchain, f"perf-{name}.json", {"MHA_CI_COMMIT": commit} if commit else {})
+             for name, ex, commit in zip(("base", "head"), executors, commits)]
+    return _take_turns(sides, pipeline, arch, out_dir, rel, kernel)
+
+
+def _take_turns(sides: list, pipeline, arch: str, out_dir: Path, rel: str, kernel: str) -> dict[str, dict]:
+    """Two payloads at once, roles a and b of one turn folder; sides are (name, executor,
+    toolchain, out_name, extra_env). The first failure stops the other side too."""
+    from mha_ci.perf import lockstep
+
     folder = lockstep.prepare(Path(out_dir) / rel / "lockstep")
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {toolchain: pool.submit(run_payload, executor, pipeline, toolchain, arch, out_dir, rel,
-                                          kernel=kernel, out_name=f"perf-{toolchain}.json",
-                                          log_prefix=f"perf {toolchain} ({role})",
-                                          extra_args=("--lockstep", f"{rel}/lockstep:{role}"))
-                   for toolchain, role in zip(toolchains, lockstep.ROLES)}
+        futures = {name: pool.submit(run_payload, executor, pipeline, toolchain, arch, out_dir, rel,
+                                     kernel=kernel, out_name=out_name, log_prefix=f"perf {name} ({role})",
+                                     extra_args=("--lockstep", f"{rel}/lockstep:{role}"), extra_env=env)
+                   for (name, executor, toolchain, out_name, env), role in zip(sides, lockstep.ROLES)}
         try:
             for future in as_completed(futures.values()):
-                future.result()     # the first failure stops the other side too
-            docs = {toolchain: future.result() for toolchain, future in futures.items()}
+                future.result()
+            docs = {name: future.result() for name, future in futures.items()}
         except BaseException:
             # Ctrl-C or one side failing: both payloads quit at their next turn, then we re-raise.
             lockstep.stop(folder)
             raise
-    for toolchain, doc in docs.items():
+    for name, doc in docs.items():
         broken = ((doc.get("selection") or {}).get("interleave") or {}).get("broken")
         if broken:
-            print(f"mha-ci perf: {toolchain}: interleaving broke ({broken}); later shapes were measured alone",
+            print(f"mha-ci perf: {name}: interleaving broke ({broken}); later shapes were measured alone",
                   file=sys.stderr)
     return docs
 
