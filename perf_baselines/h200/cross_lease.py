@@ -24,9 +24,10 @@ def load_runs() -> dict:
     return {run: load_perf(H / run) for run in LEASE_OF}
 
 
-def combined_without(docs: dict, lease: str | None, max_noise_pct: float) -> tuple[dict, list[str]]:
+def combined_without(docs: dict, lease: str | None, max_noise_pct: float,
+                     leases: dict = LEASES) -> tuple[dict, list[str]]:
     """A baseline combined from every lease's runs but `lease`'s, and the runs it was made of."""
-    others = [r for r in LEASE_OF if LEASE_OF[r] != lease]
+    others = [r for other, runs in leases.items() if other != lease for r in runs]
     return combine([docs[r] for r in others], names=others, max_noise_pct=max_noise_pct), others
 
 

@@ -7,10 +7,9 @@ against the committed baseline. Run 8's planted runs are left out: their plant w
 corrected one that was taken back (run7.sh). Run by analyse-run7-11.sh; prints markdown."""
 import itertools
 
-from cross_lease import LEASES, ROOT, H
+from cross_lease import LEASES, ROOT, H, combined_without
 
 from mha_ci.perf.calibrate import planted_catch
-from mha_ci.perf.combine import combine
 from mha_ci.perf.compare import GatePolicy, compare
 from mha_ci.perf.config import gate_policy, load_perf_file
 from mha_ci.perf.document import load_perf
@@ -96,8 +95,7 @@ def every_lease(policy: GatePolicy, docs: dict) -> None:
     print("| lease | run | false regressions of 231 | planted 5 % caught |\n|---|---|---|---|")
     caught = total = 0
     for lease, runs in leases.items():
-        others = [r for other, rs in leases.items() if other != lease for r in rs]
-        base = combine([docs[r] for r in others], names=others, max_noise_pct=policy.invalid_noise_pct)
+        base, _ = combined_without(docs, lease, policy.invalid_noise_pct, leases)
         for run in runs:
             planted = [p for p, a, _, pct in PLANTED if a == run and pct == "5"]
             catch = [planted_catch(base, docs[p], policy) for p in planted]

@@ -120,7 +120,6 @@ def cmd_shapes(args) -> int:
 def cmd_measure(args) -> int:
     from mha_ci.commands.run import make_executor
     from mha_ci.model.loader import load_pipeline
-    from mha_ci.perf import report
     from mha_ci.perf.compare import compare
     from mha_ci.perf.config import gate_policy, load_perf_file
     from mha_ci.perf.job import measure_interleaved, measure_lockstep, measure_repeated, write_inputs
@@ -152,9 +151,15 @@ def cmd_measure(args) -> int:
     else:
         docs = measure_interleaved(executor, pipeline, (toolchain, args.interleave), arch, out_dir, rel,
                                    args.chunks, kernel=args.kernel)
-    comparison = compare(docs[toolchain], docs[args.interleave], gate_policy(load_perf_file(args.root)),
-                         cross_toolchain=True)
-    paths = report.write_all(comparison, out_dir / rel)
+    return _report(compare(docs[toolchain], docs[args.interleave], gate_policy(load_perf_file(args.root)),
+                           cross_toolchain=True), out_dir / rel)
+
+
+def _report(comparison, folder: Path) -> int:
+    """An interleaved measurement's verdict: the reports in `folder`, the text on stdout."""
+    from mha_ci.perf import report
+
+    paths = report.write_all(comparison, folder)
     print(report.text(comparison), end="")
     print(f"mha-ci perf: reports in {paths['html'].parent}", file=sys.stderr)
     return ExitCode.GATE_FAILED if comparison.gate_failed else ExitCode.OK
@@ -164,7 +169,6 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
     """`measure --against REF`: base (REF's kernel) and head (the working tree's) interleaved."""
     from mha_ci.commands.run import make_executor
     from mha_ci.executors.venv import cache_root
-    from mha_ci.perf import report
     from mha_ci.perf.base_checkout import materialise, resolve
     from mha_ci.perf.compare import compare
     from mha_ci.perf.config import gate_policy, load_perf_file
@@ -188,11 +192,7 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
     print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}: the kernel of "
           f"{args.against} ({sha[:12]}) and of the working tree, taking turns per shape", file=sys.stderr)
     docs = measure_against(executors, (sha, head), pipeline, toolchain, arch, out_dir, rel, kernel=args.kernel)
-    comparison = compare(docs["base"], docs["head"], gate_policy(load_perf_file(args.root)))
-    paths = report.write_all(comparison, out_dir / rel)
-    print(report.text(comparison), end="")
-    print(f"mha-ci perf: reports in {paths['html'].parent}", file=sys.stderr)
-    return ExitCode.GATE_FAILED if comparison.gate_failed else ExitCode.OK
+    return _report(compare(docs["base"], docs["head"], gate_policy(load_perf_file(args.root))), out_dir / rel)
 
 
 def cmd_compare(args) -> int:

@@ -15,7 +15,6 @@ calibrate` exits 1 when a bar is missed, so a calibration run can gate like a co
 """
 from __future__ import annotations
 
-import io
 import math
 import statistics
 from dataclasses import dataclass
@@ -204,11 +203,9 @@ def plot_png(result: dict) -> bytes:
     the smallest slowdown the gate catches on them, drawn as the dashed band); a bar outside the
     band is a false call. Bottom, with a planted run: the slowdown each planted shape really got,
     green where the gate caught it, red where it did not, against the same kind of band."""
-    import matplotlib
+    from mha_ci.perf.report import COLOURS, figure_png, pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     planted = result.get("planted") if result.get("planted") and "refused" not in result["planted"] else None
     rows = 2 if planted else 1
     fig, axes = plt.subplots(rows, 1, figsize=(12.0, 4.2 * rows), dpi=100, squeeze=False)
@@ -216,7 +213,7 @@ def plot_png(result: dict) -> bytes:
     ax = axes[0][0]
     xs = range(len(aa))
     ax.bar(xs, [s["aa_delta_pct"] for s in aa], width=0.85,
-           color=["#d62828" if s["status"] != "ok" else "#9a9a9a" for s in aa])
+           color=[COLOURS["regression"] if s["status"] != "ok" else COLOURS["ok"] for s in aa])
     ax.step(xs, [s["smallest_caught_pct"] for s in aa], where="mid", color="black", linestyle="--", linewidth=0.7)
     ax.step(xs, [-s["smallest_caught_pct"] for s in aa], where="mid", color="black", linestyle="--", linewidth=0.7)
     ax.axhline(0, color="black", linewidth=0.6)
@@ -230,7 +227,7 @@ def plot_png(result: dict) -> bytes:
         ax = axes[1][0]
         xs = range(len(shapes))
         ax.bar(xs, [s["delta_pct"] for s in shapes], width=0.85,
-               color=["#2a9d3f" if s["caught"] else "#d62828" for s in shapes])
+               color=[COLOURS["improvement"] if s["caught"] else COLOURS["regression"] for s in shapes])
         ax.step(xs, [s["threshold_pct"] for s in shapes], where="mid", color="black", linestyle="--", linewidth=0.7)
         for pct in planted["nominal_pct"]:
             ax.axhline(pct, color="#1d3557", linewidth=0.8, linestyle=":")
@@ -246,7 +243,4 @@ def plot_png(result: dict) -> bytes:
     if verdict_:
         fig.suptitle(f"calibrated: {'yes' if verdict_['met'] else 'NO'}", fontsize=11)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_png(fig)

@@ -65,8 +65,8 @@ class MeasureSpec(_Strict):
 
 
 class CalibrationSpec(_Strict):
-    max_false_regression_pct: float = Field(ge=0, le=100, default=1.0)
-    min_planted_catch_pct: float = Field(ge=0, le=100, default=95.0)
+    max_false_regression_pct: float = Field(ge=0, le=100, default=Bars.max_false_regression_pct)
+    min_planted_catch_pct: float = Field(ge=0, le=100, default=Bars.min_planted_catch_pct)
 
 
 class SubsetSpec(_Strict):

@@ -149,13 +149,29 @@ def markdown(c: Comparison) -> str:
     return "\n".join(out)
 
 
-def plot_png(c: Comparison) -> bytes:
-    """Delta % per shape, sorted, coloured by status, with each shape's threshold as a band."""
+def pyplot():
+    """matplotlib.pyplot on the file-only backend (CI has no display); imported on first plot."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def figure_png(fig) -> bytes:
+    """The figure as PNG bytes; the figure is closed."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    pyplot().close(fig)
+    return buf.getvalue()
+
+
+def plot_png(c: Comparison) -> bytes:
+    """Delta % per shape, sorted, coloured by status, with each shape's threshold as a band."""
     from matplotlib.patches import Patch
+
+    plt = pyplot()
 
     verdicts = sorted((v for v in c.shapes if v.delta_pct is not None), key=lambda v: v.delta_pct)
     fig, ax = plt.subplots(figsize=(max(8.0, min(24.0, 0.06 * len(verdicts) + 6)), 5.0), dpi=100)
@@ -182,10 +198,7 @@ def plot_png(c: Comparison) -> bytes:
         handles.append(plt.Line2D([], [], color="black", marker="v", linestyle="", label="stall"))
     ax.legend(handles=handles, fontsize=8, loc="best", framealpha=0.8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_png(fig)
 
 
 def html_page(c: Comparison, png: bytes) -> str:
