@@ -60,6 +60,7 @@ def test_a_ref_that_names_no_commit_or_no_kernel_is_a_usage_error(repo, tmp_path
         materialise(repo, "HEAD", tmp_path / "base")
 
 
+@pytest.mark.slow     # builds (or reuses) a toolchain venv, like its --interleave sibling
 def test_perf_measure_against_takes_turns_between_base_and_working_tree(tmp_path):
     """`mha-ci perf measure --against HEAD` end to end on the CPU, through the venv executor: two
     payloads of one toolchain, one from a base checkout folder, taking turns per shape, then
