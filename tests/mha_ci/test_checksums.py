@@ -285,3 +285,89 @@ def test_payload_without_result_is_not_a_pass(tmp_path):
     arch = Arch("sm90", "nvidia", "", "nvidia-gpu", (), None, ("cuda", 90, 32))
     with pytest.raises(ChecksumsNoResult, match="produced no result"):
         compute(tmp_path, tc, [arch], Crashing(), tmp_path / "out")
+
+
+# --------------------------------------------------------------------------- resource gate
+def _limited(name="sm90", shared=232448, registers=255):
+    from mha_ci.model.types import Arch, ResourceLimits
+
+    target = ("cuda", 90, 32) if name == "sm90" else ("hip", name, 64)
+    return Arch(name, "nvidia" if name == "sm90" else "amd", "", "nvidia-gpu" if name == "sm90" else "amd-gpu",
+                (), None, target, limits=ResourceLimits(shared, registers))
+
+
+def test_breaches_name_variant_figure_and_limit():
+    from mha_ci.checksums.limits import breaches
+
+    big = rec("sm90/forward/default/fwd/bf16-d256-plain", shared_bytes=458752, registers=255)
+    fits = rec("sm90/forward/large_head/fwd/bf16-d256-plain", shared_bytes=196608, registers=255)
+    amd = rec("gfx942/backward/default/bwd_dkdv/fp16-d256-plain", shared_bytes=65537, registers=513)
+    found = breaches([big, fits, amd], [_limited(), _limited("gfx942", 65536, 512)])
+    assert [(b.key, b.figure) for b in found] == [
+        ("gfx942/backward/default/bwd_dkdv/fp16-d256-plain", "registers"),
+        ("gfx942/backward/default/bwd_dkdv/fp16-d256-plain", "shared memory"),
+        ("sm90/forward/default/fwd/bf16-d256-plain", "shared memory")]
+    text = found[-1].describe()
+    assert "sm90/forward/default/fwd/bf16-d256-plain" in text and "458752" in text and "232448" in text
+    # exactly at the limit fits (the limit is what the hardware allows)
+    assert not breaches([rec("gfx942/forward/default/fwd/x", shared_bytes=65536)], [_limited("gfx942", 65536, 512)])
+
+
+def test_spill_growth_counts_new_and_larger_spills_only():
+    from mha_ci.checksums.limits import spill_growth, spill_summary
+
+    stored = cfile(rec("gfx942/forward/pe/fwd/a", spills=10), rec("gfx942/forward/pe/fwd/b", spills=5),
+                   rec("gfx942/forward/pe/fwd/c"))
+    fresh = cfile(rec("gfx942/forward/pe/fwd/a", spills=10), rec("gfx942/forward/pe/fwd/b", spills=3),
+                  rec("gfx942/forward/pe/fwd/c", spills=1), rec("gfx942/forward/pe/fwd/d", spills=7),
+                  rec("gfx942/forward/pe/fwd/e"))
+    grown = spill_growth(stored, fresh)
+    assert [(g.key.rsplit("/", 1)[1], g.before, g.after) for g in grown] == [("c", 0, 1), ("d", None, 7)]
+    lines = spill_summary(fresh.records)
+    assert lines == ["  spills on gfx942: 4 variants (worst: forward/pe/fwd/a 10, forward/pe/fwd/d 7, "
+                     "forward/pe/fwd/b 3, forward/pe/fwd/c 1)"]
+    assert spill_summary([rec()]) == ["  spills: none"]
+
+
+def test_judge_fails_on_limits_and_spill_growth(tmp_path):
+    from mha_ci.checksums.job import Computed, judge
+
+    out = tmp_path / "out" / "code_objects" / "triton-3.4.json"
+    ok = rec("sm90/forward/default/fwd/fp16-d128-plain", shared_bytes=229376, spills=2)
+    stored = CodeObjectFile({"name": "triton-3.4", "triton": "3.4.0"}, (ok,), {"sample": [], "agree": True})
+    records.dump(stored, tmp_path / "perf_baselines" / "code_objects" / "triton-3.4.json", stored=True)
+    records.dump(stored, out)
+    verdict = judge(tmp_path, Computed(records.load(out), out, 1.0), [_limited()])
+    assert not verdict.failed, verdict.table
+    assert "spills on sm90: 1 variants" in verdict.table
+
+    # the same record needing more shared memory than sm90 has, and spilling more
+    over = replace(ok, shared_bytes=458752, spills=68)
+    records.dump(replace(stored, records=(over,)), out)
+    verdict = judge(tmp_path, Computed(records.load(out), out, 1.0), [_limited()])
+    assert verdict.failed and len(verdict.over_limits) == 1 and len(verdict.spills_grown) == 1
+    assert ("OVER LIMIT sm90/forward/default/fwd/fp16-d128-plain: shared memory 458752 bytes per block exceeds "
+            "the sm90 limit of 232448") in verdict.table
+    assert "SPILLS GREW sm90/forward/default/fwd/fp16-d128-plain: spills 68 (was 2)" in verdict.table
+    assert verdict.to_json()["over_limits"][0]["limit"] == 232448
+
+
+def test_update_refuses_code_objects_over_limits(tmp_path):
+    from mha_ci.checksums.job import Computed, update
+    from mha_ci.errors import MhaCiError
+
+    out = tmp_path / "out" / "code_objects" / "triton-3.4.json"
+    records.dump(CodeObjectFile({"name": "triton-3.4"}, (rec("sm90/forward/default/fwd/x", shared_bytes=458752),),
+                                {"sample": [], "agree": True}), out)
+    with pytest.raises(MhaCiError, match="exceed their arch's limits"):
+        update(tmp_path, Computed(records.load(out), out, 1.0), [_limited()])
+    assert not (tmp_path / "perf_baselines").exists()
+
+
+def test_every_compiled_arch_of_the_pipeline_has_limits(repo_root):
+    from mha_ci.model.loader import load_pipeline
+
+    archs = load_pipeline(repo_root).archs
+    limits = {name: (a.limits.shared_bytes, a.limits.registers) for name, a in archs.items() if a.limits}
+    assert limits == {"gfx942": (65536, 512), "gfx950": (163840, 512), "sm90": (232448, 255)}
+    assert all(a.limits is None for a in archs.values() if a.compile_target is None)

@@ -270,3 +270,16 @@ def test_plan_refuses_a_broken_pipeline(pipeline_root, capsys):
     _edit(pipeline_root, "archs.yaml", "workers: 1", "workerz: 1")
     assert main(["--root", str(pipeline_root), "plan"]) == 2
     assert "did you mean 'workers'" in _error(capsys)
+
+
+def test_resource_limits_belong_to_compiled_archs_only(pipeline_root, capsys):
+    _edit(pipeline_root, "archs.yaml", "    compile_target: null\n",
+          "    compile_target: null\n    limits: {shared_bytes: 1024, registers: 8}\n")
+    assert _validate(pipeline_root) == 2
+    assert "limits apply to compiled code objects" in _error(capsys)
+
+
+def test_resource_limits_must_be_positive(pipeline_root, capsys):
+    _edit(pipeline_root, "archs.yaml", "limits: {shared_bytes: 65536,", "limits: {shared_bytes: 0,")
+    assert _validate(pipeline_root) == 2
+    assert "shared_bytes" in _error(capsys)

@@ -3,8 +3,9 @@
 `compute` runs `mha_ci.payloads.checksums compute` in the toolchain (venv, docker or host) and
 reads back out/code_objects/<toolchain>.json. `verify` compares it with
 perf_baselines/code_objects/<toolchain>.json and fails on any difference, on a compile error,
-or when the two fresh compiles of the determinism sample disagree (reported separately: that
-is a toolchain problem, not a kernel change). `update` rewrites the stored file atomically.
+when the two fresh compiles of the determinism sample disagree (reported separately: that
+is a toolchain problem, not a kernel change), on a code object above its arch's resource limits
+or on a variant that spills more than its record (mha_ci.checksums.limits). `update` rewrites the stored file atomically.
 `run_job` is the runner's entry for kind "checksums" (one job per toolchain, all GPU archs).
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mha_ci.checksums import limits as limits_mod
 from mha_ci.checksums import records as records_mod
 from mha_ci.checksums.diff import Difference, compare, render
 from mha_ci.checksums.explain import explain
@@ -94,6 +96,8 @@ class Verdict:
     compile_errors: list[dict] = field(default_factory=list)
     determinism: dict | None = None
     missing_stored: bool = False
+    over_limits: list[limits_mod.Breach] = field(default_factory=list)
+    spills_grown: list[limits_mod.SpillGrowth] = field(default_factory=list)
     table: str = ""
 
     @property
@@ -103,12 +107,15 @@ class Verdict:
     @property
     def failed(self) -> bool:
         return (self.missing_stored or bool(self.compile_errors) or self.nondeterministic
+                or bool(self.over_limits) or bool(self.spills_grown)
                 or any(d.is_failure for d in self.differences))
 
     def to_json(self) -> dict:
         return {"toolchain": self.toolchain, "failed": self.failed, "missing_stored": self.missing_stored,
                 "nondeterministic": self.nondeterministic, "determinism": self.determinism,
                 "compile_errors": self.compile_errors,
+                "over_limits": [b.to_json() for b in self.over_limits],
+                "spills_grown": [g.to_json() for g in self.spills_grown],
                 "differences": [{"status": d.status, "key": d.key, "describe": d.describe(), "why": d.why,
                                  "deltas": {k: list(v) for k, v in d.deltas.items()}} for d in self.differences]}
 
@@ -118,7 +125,8 @@ def judge(root: Path, computed: Computed, archs: list[Arch], only: str | None = 
     fresh = computed.codeobjs
     name = fresh.toolchain.get("name", computed.path.stem)
     names = [a.name for a in compile_archs(archs)]
-    verdict = Verdict(toolchain=computed.path.stem, compile_errors=list(fresh.errors), determinism=fresh.determinism)
+    verdict = Verdict(toolchain=computed.path.stem, compile_errors=list(fresh.errors), determinism=fresh.determinism,
+                      over_limits=limits_mod.breaches(fresh.records, compile_archs(archs)))
     path = stored_path(root, computed.path.stem)
     lines = []
     if not path.is_file():
@@ -128,9 +136,11 @@ def judge(root: Path, computed: Computed, archs: list[Arch], only: str | None = 
     else:
         stored = records_mod.load(path).only_archs(names).only_keys(only)
         verdict.differences = explain(compare(stored, fresh.only_archs(names)), stored, fresh)
+        verdict.spills_grown = limits_mod.spill_growth(stored, fresh.only_archs(names))
         lines.append(render(verdict.differences, title=f"code objects of {computed.path.stem} vs {path.relative_to(root)}"
                             if path.is_relative_to(root) else f"code objects vs {path}",
                             total=len(fresh.records)).rstrip())
+    lines += resource_lines(verdict, fresh.only_archs(names).records, archs)
     by_cause: dict[str, list[str]] = {}
     for error in verdict.compile_errors:
         by_cause.setdefault(records_mod.error_summary(error["error"])[:400], []).append(error["key"])
@@ -152,6 +162,17 @@ def judge(root: Path, computed: Computed, archs: list[Arch], only: str | None = 
     return verdict
 
 
+def resource_lines(verdict: Verdict, records, archs) -> list[str]:
+    """Limit breaches (each a failure), spills that grew (each a failure), then every spill."""
+    lines = [f"  OVER LIMIT {b.describe()}" for b in verdict.over_limits]
+    lines += [f"  SPILLS GREW {g.describe()}" for g in verdict.spills_grown]
+    lines += limits_mod.spill_summary(records)
+    unlimited = limits_mod.unlimited_archs(archs)
+    if unlimited:
+        lines.append(f"  no resource limits in archs.yaml for {', '.join(unlimited)}: their code objects are not gated")
+    return lines
+
+
 def write_verdict(out_dir: Path, verdict: Verdict) -> list[Path]:
     base = Path(out_dir) / OUT_SUBDIR
     base.mkdir(parents=True, exist_ok=True)
@@ -169,6 +190,10 @@ def update(root: Path, computed: Computed, archs: list[Arch], only: str | None =
         raise MhaCiError(f"not updating: {len(fresh.errors)} variants failed to compile (first: {fresh.errors[0]['key']})")
     if fresh.determinism is not None and not fresh.determinism.get("agree", False):
         raise MhaCiError("not updating: the determinism check failed (two fresh compiles disagree)")
+    over = limits_mod.breaches(fresh.records, compile_archs(archs))
+    if over:
+        raise MhaCiError(f"not updating: {len(over)} code objects exceed their arch's limits "
+                         f"(first: {over[0].describe()})")
     path = stored_path(root, computed.path.stem)
     stored = records_mod.load(path) if path.is_file() else None
     names = [a.name for a in compile_archs(archs)]
@@ -198,6 +223,12 @@ def run_job(job, pipeline, executor: Executor, out_dir: Path):
             parts.append("no stored checksums")
         if failures:
             parts.append(f"{len(failures)} variants differ")
+        if verdict.over_limits:
+            first = verdict.over_limits[0]
+            parts.append(f"{len(verdict.over_limits)} code objects over their arch's limits "
+                         f"(first: {first.key} {first.figure} {first.value} > {first.limit})")
+        if verdict.spills_grown:
+            parts.append(f"{len(verdict.spills_grown)} variants spill more than recorded")
         if verdict.compile_errors:
             parts.append(f"{len(verdict.compile_errors)} compile errors")
         if verdict.nondeterministic:

@@ -2,8 +2,13 @@
 
     mha-ci checksums compute [--toolchain T] [--arch A] [--executor E] [--out D]
     mha-ci checksums verify  [...]   exit 1 on any added / removed / changed variant, compile
-                                      error or nondeterministic compile
+                                      error, nondeterministic compile, code object above its
+                                      arch's limits (archs.yaml) or spill above its record
     mha-ci checksums update  [...]   rewrite perf_baselines/code_objects/<toolchain>.json
+                                      (refused when a code object is above its arch's limits)
+
+compute exits 1 on a compile error, a nondeterministic compile or a code object above its
+arch's limits (shared memory / LDS per block, registers per thread: pipelines/archs.yaml).
 
 --toolchain and --arch repeat (or take comma lists); default every toolchain of
 pipelines/toolchains.yaml and every arch with a compile_target. `--toolchain host` records what
@@ -104,8 +109,9 @@ def handle(args) -> int:
             print(verdict.table, end="")
             if verdict.failed:
                 worst = max(worst, ExitCode.GATE_FAILED)
-        else:   # compute: the records are the product; a compile error or nondeterminism still fails
-            if verdict.compile_errors or verdict.nondeterministic:
+        else:   # compute: the records are the product; a compile error, nondeterminism or a
+            # code object that cannot launch on its arch still fails
+            if verdict.compile_errors or verdict.nondeterministic or verdict.over_limits:
                 print(verdict.table, end="", file=sys.stderr)
                 worst = max(worst, ExitCode.GATE_FAILED)
     return int(worst)

@@ -22,7 +22,7 @@ from mha_ci.model import schema
 from mha_ci.model.lockfile import read_pins
 from mha_ci.model.pipeline import (ARCH_PLACEHOLDER, EventRules, KindMatrix, LabelRule, PathRule,
                                    Pipeline, Selection, Triggers)
-from mha_ci.model.types import EVENT_KINDS, JOB_KINDS, Arch, KnownFailure, Toolchain
+from mha_ci.model.types import EVENT_KINDS, JOB_KINDS, Arch, KnownFailure, ResourceLimits, Toolchain
 from mha_ci.model.yaml_source import closest, line_of, load_yaml, validate
 
 PIPELINE_FILES = ("toolchains.yaml", "archs.yaml", "jobs.yaml", "triggers.yaml", "known_failures.yaml")
@@ -109,7 +109,8 @@ def _load_archs(source: _Source) -> dict[str, Arch]:
             name=name, vendor=spec.vendor, description=spec.description, device=spec.device,
             runner_labels=tuple(spec.runner_labels), visible_devices_env=spec.visible_devices_env,
             compile_target=(target.backend, target.arch, target.warp_size) if target else None,
-            workers=spec.workers)
+            workers=spec.workers,
+            limits=ResourceLimits(spec.limits.shared_bytes, spec.limits.registers) if spec.limits else None)
     return archs
 
 

@@ -52,6 +52,11 @@ class CompileTargetSpec(_Strict):
         return self
 
 
+class LimitsSpec(_Strict):
+    shared_bytes: int = Field(gt=0)
+    registers: int = Field(gt=0)
+
+
 class ArchSpec(_Strict):
     vendor: Literal["amd", "nvidia", "cpu"]
     description: NonEmpty
@@ -61,6 +66,7 @@ class ArchSpec(_Strict):
     compile_target: CompileTargetSpec | None
     workers: int = Field(ge=1)
     correctness_shards: int = Field(ge=1)
+    limits: LimitsSpec | None = None
 
     @model_validator(mode="after")
     def _device_matches_vendor(self) -> "ArchSpec":
@@ -72,6 +78,8 @@ class ArchSpec(_Strict):
             raise ValueError("visible_devices_env is set exactly when the arch has a GPU device")
         if has_gpu != (self.compile_target is not None):
             raise ValueError("compile_target is set exactly when the arch has a GPU device")
+        if self.limits is not None and self.compile_target is None:
+            raise ValueError("limits apply to compiled code objects: set them only with a compile_target")
         return self
 
 

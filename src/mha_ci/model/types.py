@@ -24,6 +24,15 @@ class Toolchain:
 
 
 @dataclass(frozen=True)
+class ResourceLimits:
+    """What one kernel launch may use on an arch (archs.yaml `limits`): a code object above
+    either figure cannot launch there, so the checksums job refuses it without a GPU."""
+
+    shared_bytes: int         # shared memory (cuda) / LDS (amd) per block / workgroup
+    registers: int            # registers per thread (cuda) / VGPRs incl. AGPRs per lane (amd)
+
+
+@dataclass(frozen=True)
 class Arch:
     """A target the jobs can run on: a GPU architecture or the CPU interpreter."""
 
@@ -35,6 +44,7 @@ class Arch:
     visible_devices_env: str | None  # HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES / None
     compile_target: tuple | None     # triton GPUTarget args, e.g. ("hip", "gfx950", 64); None = interpreter
     workers: int = 1                 # pytest-xdist workers per shard (one GPU each)
+    limits: ResourceLimits | None = None   # per-launch resource limits; None = no GPU
 
 
 @dataclass(frozen=True)
