@@ -353,15 +353,14 @@ def test_judge_fails_on_limits_and_spill_growth(tmp_path):
 
 
 def test_update_refuses_code_objects_over_limits(tmp_path):
-    from mha_ci.checksums.job import Computed, update
-    from mha_ci.errors import MhaCiError
+    from mha_ci.checksums.job import Computed, OverLimits, update
 
     out = tmp_path / "out" / "code_objects" / "triton-3.4.json"
     records.dump(CodeObjectFile({"name": "triton-3.4"}, (rec("sm90/forward/default/fwd/x", shared_bytes=458752),),
                                 {"sample": [], "agree": True}), out)
-    with pytest.raises(MhaCiError, match="exceed their arch's limits"):
+    with pytest.raises(OverLimits, match="exceed their arch's limits") as info:
         update(tmp_path, Computed(records.load(out), out, 1.0), [_limited()])
-    assert not (tmp_path / "perf_baselines").exists()
+    assert info.value.exit_code == 1 and not (tmp_path / "perf_baselines").exists()
 
 
 def test_every_compiled_arch_of_the_pipeline_has_limits(repo_root):

@@ -34,6 +34,11 @@ class ChecksumsNoResult(MhaCiError):
     exit_code = ExitCode.GATE_FAILED
 
 
+class OverLimits(MhaCiError):
+    """`update` asked to store a code object that cannot launch on its arch: a failed gate."""
+    exit_code = ExitCode.GATE_FAILED
+
+
 def stored_path(root: Path, toolchain: str) -> Path:
     return Path(root) / STORED_DIR / f"{toolchain}.json"
 
@@ -192,7 +197,7 @@ def update(root: Path, computed: Computed, archs: list[Arch], only: str | None =
         raise MhaCiError("not updating: the determinism check failed (two fresh compiles disagree)")
     over = limits_mod.breaches(fresh.records, compile_archs(archs))
     if over:
-        raise MhaCiError(f"not updating: {len(over)} code objects exceed their arch's limits "
+        raise OverLimits(f"not updating: {len(over)} code objects exceed their arch's limits "
                          f"(first: {over[0].describe()})")
     path = stored_path(root, computed.path.stem)
     stored = records_mod.load(path) if path.is_file() else None
