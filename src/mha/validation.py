@@ -12,6 +12,9 @@ The checks use only sizes and strides, so they work on device="meta" tensors.
 """
 from __future__ import annotations
 
+import math
+import numbers
+import operator
 import threading
 import weakref
 
@@ -56,6 +59,24 @@ class DropoutError(AttentionInputError):
 
 class AttentionDTypeError(TypeError):
     """Wrong or mixed dtypes (a TypeError, as torch raises for dtype problems)."""
+
+
+class ArgumentTypeError(AttentionInputError, TypeError):
+    """A scalar argument of the wrong Python type (a str, a float where an int is meant): a
+    TypeError, and one of the family, so `except AttentionInputError` still catches it. Such
+    values used to be coerced (window 1.9 became 1, causal='no' was true); now they are refused."""
+
+
+INTERPRETER_BF16 = ("bf16 inputs cannot run under the Triton interpreter (TRITON_INTERPRET=1 or a CPU "
+                    "device): its tl.dot on bf16 returns garbage (errors near 1e9, an upstream Triton "
+                    "bug), so the result would be wrong without any error; use fp16 or fp32 on the "
+                    "CPU, or run bf16 on a GPU")
+
+
+def check_runnable_dtype(dtype: str, arch: str) -> None:
+    """Refuse what the target would compute wrongly rather than return a silent wrong answer."""
+    if dtype == "bf16" and arch == "interpreter":
+        raise AttentionDTypeError(INTERPRETER_BF16)
 
 
 def _dtype_of(t: torch.Tensor, name: str) -> str:
@@ -151,32 +172,77 @@ def check_qkv(q, k, v, *, varlen: bool) -> tuple[str, int, int]:
     return dtypes["q"], dqk, dv
 
 
+def _exact_int(value, what: str) -> int:
+    """An int without coercion: ints and integer scalars (numpy, 0-d integer tensors) pass;
+    floats, strings and bools are refused instead of truncated or reinterpreted."""
+    if isinstance(value, bool):
+        raise ArgumentTypeError(f"{what}: expected an int, got the bool {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ArgumentTypeError(f"{what}: expected an int, got {type(value).__name__} {value!r} "
+                                "(not rounded: pass an int)") from None
+
+
+def _real(value, what: str) -> float:
+    """A real number without coercion from strings, bools or tensors of several elements."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{what}: expected a number (int or float), got {type(value).__name__} {value!r}")
+    return float(value)
+
+
 def check_window(window_size) -> tuple[int, int]:
     try:
-        left, right = (int(x) for x in window_size)
+        left, right = window_size
     except (TypeError, ValueError):
         raise WindowError(f"window_size: expected a pair (left, right) of ints, got {window_size!r}")
+    left, right = _exact_int(left, "window_size left"), _exact_int(right, "window_size right")
     for name, x in (("left", left), ("right", right)):
         if x < -1:
             raise WindowError(f"window_size {name}: expected -1 (unbounded) or >= 0, got {x}")
     return left, right
 
 
-def check_sink(sink, hq: int, device) -> None:
+def check_causal(causal) -> bool:
+    """A bool (or 0 / 1): a string such as 'no' is truthy and used to turn causal masking on."""
+    if isinstance(causal, bool):
+        return causal
+    if isinstance(causal, numbers.Integral) and causal in (0, 1):
+        return bool(causal)
+    raise ArgumentTypeError(f"causal: expected a bool, got {type(causal).__name__} {causal!r}")
+
+
+def check_softmax_scale(softmax_scale) -> float | None:
+    """None (1/sqrt(Dqk)) or a finite number: NaN or inf would make every output NaN."""
+    if softmax_scale is None:
+        return None
+    scale = _real(softmax_scale, "softmax_scale")
+    if not math.isfinite(scale):
+        raise AttentionInputError(f"softmax_scale: expected a finite number, got {scale}")
+    return scale
+
+
+def check_sink(sink, hq: int, device, dtype: torch.dtype) -> torch.Tensor | None:
+    """The sink logits as float32, shape (Hq,). float32 or the inputs' own dtype are accepted
+    (bf16 checkpoints store sinks in bf16); the latter is upcast, a differentiable cast, so the
+    sink's gradient arrives in its own dtype. Any other dtype is refused, not guessed."""
     if sink is None:
-        return
+        return None
     if not isinstance(sink, torch.Tensor):
         raise AttentionDTypeError(f"sink: expected a float32 tensor of shape ({hq},), got {type(sink).__name__}")
-    if sink.dtype != torch.float32:
-        raise AttentionDTypeError(f"sink: expected dtype float32, got {sink.dtype}")
+    if sink.dtype not in (torch.float32, dtype):
+        raise AttentionDTypeError(
+            f"sink: expected dtype float32 or the inputs' dtype {dtype}, got {sink.dtype}; pass "
+            "sink.float() (the kernels read the sink logits in float32)")
     if tuple(sink.shape) != (hq,):
         raise ShapeError(f"sink: expected shape ({hq},) (one logit per query head), got {tuple(sink.shape)}")
     if sink.device != device:
         raise ShapeError(f"sink: expected device {device}, got {sink.device}")
+    return sink if sink.dtype == torch.float32 else sink.float()
 
 
 def check_dropout(dropout_p) -> float:
-    p = float(dropout_p)
+    p = _real(dropout_p, "dropout_p")
     if not 0.0 <= p < 1.0:
         raise DropoutError(f"dropout_p: expected 0 <= p < 1, got {dropout_p}")
     return p
@@ -264,10 +330,11 @@ def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int,
             raise CuSeqlensError(f"{name}: expected device {device}, got {cu.device}")
         if cu.stride(0) != 1:
             raise CuSeqlensError(f"{name}: expected a contiguous tensor, got stride {cu.stride(0)}")
+        max_len = _exact_int(max_len, name.replace("cu_seqlens", "max_seqlen"))
         last, longest = _cu_summary(name, cu)
         if last != total:
             raise CuSeqlensError(f"{name}: last entry {last} must equal the packed total {total}")
-        if int(max_len) < longest:
+        if max_len < longest:
             raise CuSeqlensError(f"{name}: max_seqlen {max_len} is smaller than the longest sequence {longest}")
         lengths.append(longest)
     if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:

@@ -26,7 +26,7 @@ def _qkv(device, b=1, sq=8, sk=8, hq=2, hk=2, d=16, dv=16, dtype=torch.float16):
     ("window", V.WindowError, "got -2"),
     ("window_shape", V.WindowError, "pair"),
     ("sink_shape", V.ShapeError, r"expected shape \(2,\)"),
-    ("sink_dtype", V.AttentionDTypeError, "float32"),
+    ("sink_dtype", V.AttentionDTypeError, r"float32 or the inputs' dtype torch.float16, got torch.float64; pass sink.float\(\)"),
     ("dropout", V.DropoutError, "got 1.0"),
 ])
 def test_dense_bad_inputs(bad, exc, match, device):
@@ -61,7 +61,7 @@ def test_dense_bad_inputs(bad, exc, match, device):
     elif bad == "sink_shape":
         kw["sink"] = torch.zeros(3, device=device)
     elif bad == "sink_dtype":
-        kw["sink"] = torch.zeros(2, device=device, dtype=torch.float16)
+        kw["sink"] = torch.zeros(2, device=device, dtype=torch.float64)
     elif bad == "dropout":
         kw["dropout_p"] = 1.0
     with pytest.raises(exc, match=match):
@@ -297,3 +297,66 @@ def test_cu_seqlens_inference_tensors_validated_every_call(host_reads, device):
         cu_q[1] = 9
         with pytest.raises(V.CuSeqlensError, match="non-decreasing"):
             mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 9, 4)
+
+
+# Arguments that used to be coerced into something else: refused before any launch.
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(window_size=(1.9, 0)), TypeError, "window_size left: expected an int, got float 1.9"),
+    (dict(window_size=(4, "0")), TypeError, "window_size right: expected an int, got str"),
+    (dict(window_size=(True, 0)), TypeError, "got the bool True"),
+    (dict(dropout_p="0.1"), TypeError, "dropout_p: expected a number"),
+    (dict(causal="no"), TypeError, "causal: expected a bool, got str 'no'"),
+    (dict(causal=2), TypeError, "causal: expected a bool"),
+    (dict(softmax_scale=float("nan")), ValueError, "softmax_scale: expected a finite number, got nan"),
+    (dict(softmax_scale=float("inf")), ValueError, "got inf"),
+    (dict(softmax_scale="0.125"), TypeError, "softmax_scale: expected a number"),
+], ids=["window_float", "window_str", "window_bool", "dropout_str", "causal_str", "causal_int",
+        "scale_nan", "scale_inf", "scale_str"])
+def test_arguments_are_refused_not_coerced(kw, exc, match, device):
+    q, k, v = _qkv(device)
+    with pytest.raises(exc, match=match) as info:
+        mha.flash_attn_func(q, k, v, **kw)
+    assert isinstance(info.value, V.AttentionInputError)   # one family for callers
+
+
+def test_arguments_that_are_what_they_say_still_pass(device):
+    import numpy as np
+
+    q, k, v = _qkv(device)
+    ref = mha.flash_attn_func(q, k, v, causal=True, window_size=(3, 0), softmax_scale=0.25)
+    same = mha.flash_attn_func(q, k, v, causal=1, window_size=(np.int64(3), torch.tensor(0)), softmax_scale=np.float32(0.25))
+    assert torch.equal(ref, same)
+
+
+def test_float_max_seqlen_is_refused(device):
+    q, k, v, cu_q, cu_k = _varlen(device)
+    with pytest.raises(TypeError, match=r"max_seqlen_q: expected an int, got float 5.0"):
+        mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5.0, 4)
+    with pytest.raises(TypeError, match="max_seqlen_k: expected an int"):
+        mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, "4")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs only where there is no GPU here")
+def test_bf16_under_the_interpreter_is_refused_with_the_reason():
+    q, k, v = _qkv("cpu", dtype=torch.bfloat16)
+    with pytest.raises(V.AttentionDTypeError, match="Triton interpreter.*garbage.*upstream Triton bug"):
+        mha.flash_attn_func(q, k, v)
+
+
+def test_bf16_rule_names_the_arch():
+    V.check_runnable_dtype("bf16", "sm90")
+    V.check_runnable_dtype("fp16", "interpreter")
+    with pytest.raises(V.AttentionDTypeError, match="use fp16 or fp32 on the CPU"):
+        V.check_runnable_dtype("bf16", "interpreter")
+
+
+def test_sink_in_the_inputs_dtype_is_upcast_and_its_gradient_keeps_its_dtype(device):
+    q, k, v = _qkv(device)
+    sink16 = torch.tensor([0.5, -1.0], device=device, dtype=torch.float16, requires_grad=True)
+    sink32 = sink16.detach().float().requires_grad_(True)
+    out16 = mha.flash_attn_func(q, k, v, sink=sink16)
+    out32 = mha.flash_attn_func(q, k, v, sink=sink32)
+    assert torch.equal(out16, out32)
+    (g16,) = torch.autograd.grad(out16.float().sum(), sink16)
+    (g32,) = torch.autograd.grad(out32.float().sum(), sink32)
+    assert g16.dtype == torch.float16 and torch.allclose(g16.float(), g32, atol=1e-3)
