@@ -13,7 +13,10 @@ from .arch import KNOWN_ARCHS
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 PASSES = ("forward", "backward")
-BUCKETS = ("default", "small_head", "pe", "dropout_or_fp32")
+BUCKETS = ("default", "small_head", "large_head", "pe", "dropout_or_fp32", "large_head_dropout_or_fp32")
+# Above this head dim the padded tile width doubles to 256: the tiles of the other buckets no
+# longer fit shared memory / LDS (sm90 d256 forward needed 458752 bytes, twice the limit).
+LARGE_HEAD_DIM = 128
 REQUIRED_KEYS = {
     "forward": ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"),
     "backward": ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps", "num_stages"),
@@ -53,19 +56,25 @@ def load_arch_configs(arch: str) -> dict:
 def select_bucket(pass_: str, dqk: int, dv: int, dtype: str, dropout_p: float) -> str:
     """The config bucket of a problem, first match wins:
 
-    1. ``dropout_or_fp32``: dropout_p > 0 or dtype "fp32" (more live registers: the keep mask,
-       or fp32 operands twice the size, so smaller tiles);
-    2. ``pe``: Dqk > Dv (the MLA 192/128 case: the QK tile is larger than the PV tile);
-    3. ``small_head``: 16 < Dv <= 64;
-    4. ``default``: everything else (Dv > 64, and the tiny Dv <= 16).
+    1. ``dropout_or_fp32`` / ``large_head_dropout_or_fp32``: dropout_p > 0 or dtype "fp32" (more
+       live registers: the keep mask, or fp32 operands twice the size, so smaller tiles); the
+       second when a head dim exceeds LARGE_HEAD_DIM (256-wide fp32 tiles need smaller ones still);
+    2. ``pe``: Dqk > Dv with Dv <= LARGE_HEAD_DIM (the MLA 192/128 case: the QK tile is larger
+       than the PV tile);
+    3. ``large_head``: a head dim above LARGE_HEAD_DIM (padded width 256);
+    4. ``small_head``: 16 < Dv <= 64;
+    5. ``default``: everything else (64 < Dv <= 128, and the tiny Dv <= 16).
     The same rule serves both passes; `pass_` is accepted so a pass may diverge later.
     """
     if pass_ not in PASSES:
         raise ValueError(f"pass_ must be one of {PASSES}, got {pass_!r}")
+    large = max(dqk, dv) > LARGE_HEAD_DIM
     if dropout_p > 0 or dtype == "fp32":
-        return "dropout_or_fp32"
-    if dqk > dv:
+        return "large_head_dropout_or_fp32" if large else "dropout_or_fp32"
+    if dqk > dv and dv <= LARGE_HEAD_DIM:
         return "pe"
+    if large:
+        return "large_head"
     if 16 < dv <= 64:
         return "small_head"
     return "default"

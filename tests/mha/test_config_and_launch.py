@@ -39,7 +39,15 @@ def test_unknown_arch_names_file_and_known_archs():
     (80, 80, "fp16", 0.0, "default"),
     (192, 128, "bf16", 0.0, "pe"),
     (128, 128, "fp32", 0.0, "dropout_or_fp32"),
-    (192, 128, "bf16", 0.1, "dropout_or_fp32"),
+    (129, 129, "fp16", 0.0, "large_head"),      # the first head dim padded to 256
+    (160, 160, "bf16", 0.0, "large_head"),
+    (256, 256, "fp16", 0.0, "large_head"),
+    (64, 256, "bf16", 0.0, "large_head"),       # Dqk < Dv: the wide tile is the PV one
+    (256, 160, "bf16", 0.0, "large_head"),      # Dqk > Dv but the V tile is 256 wide too
+    (256, 128, "bf16", 0.0, "pe"),
+    (192, 128, "bf16", 0.1, "large_head_dropout_or_fp32"),
+    (256, 256, "fp32", 0.0, "large_head_dropout_or_fp32"),
+    (128, 128, "bf16", 0.1, "dropout_or_fp32"),
 ])
 def test_select_bucket(dqk, dv, dtype, p, bucket):
     for pass_ in config.PASSES:

@@ -108,8 +108,8 @@ def test_mirrored_bucket_rule_agrees_with_the_kernel_package(repo_root, workload
     for w in workloads:
         s = w.shape
         assert w.bucket == kernel.select_bucket("forward", s.dqk, s.dv, s.dtype, s.dropout_p), w.key
-    for pass_, dqk, dv, dtype, p in itertools.product(("forward", "backward"), (8, 16, 17, 32, 64, 65, 128, 192),
-                                                       (8, 16, 17, 32, 64, 65, 128), ("bf16", "fp16", "fp32"),
+    for pass_, dqk, dv, dtype, p in itertools.product(("forward", "backward"), (8, 16, 17, 32, 64, 65, 128, 129, 192, 256),
+                                                       (8, 16, 17, 32, 64, 65, 128, 129, 160, 256), ("bf16", "fp16", "fp32"),
                                                        (0.0, 0.1)):
         assert select_bucket(pass_, dqk, dv, dtype, p) == kernel.select_bucket(pass_, dqk, dv, dtype, p)
 

@@ -9,11 +9,12 @@ Head dims. Every head dim is its own constexpr, so "all head dims" would be 249 
 problem. Instead, per bucket of the bucket rule (mha.config.select_bucket), its extremes and its
 typical value, restricted to multiples of 16 (what the canonical inputs use; other dims get
 different stride specializations at runtime, and their code path, a padded head dim, is
-covered by 48 and 80):
+covered by 48, 80, 160 and 224):
   default, Dv <= 16 side:  16        (also the num_stages guard for head dims <= 16)
   small_head, 16 < Dv <= 64: 48 (padded to 64), 64
-  default, Dv > 64 side:   80 (padded to 128), 128 (typical), 256 (max)
-  pe, Dqk > Dv:            192/128 (the MLA case)
+  default, 64 < Dv <= 128: 80 (padded to 128), 128 (typical)
+  large_head, a head dim > 128: 160 and 224 (padded to 256), 256 (max)
+  pe, Dqk > Dv <= 128:     192/128 (the MLA case)
 The buckets are *checked*, not assumed: the matrix fails loudly if a bucket of the configs is
 reached by no problem of the matrix (a new bucket needs a representative here).
 
@@ -24,7 +25,9 @@ typical head dims, and all together once, rather than the full product (2^5 per 
   fp16, the other head dims: plain, causal;
   bf16, every head dim: plain, causal (the dtype changes the MMA instructions);
   dropout (bucket dropout_or_fp32): fp16 and bf16, head dims 64 / 128: dropout, causal+dropout;
-  fp32 (bucket dropout_or_fp32): head dims 64 / 128: plain, causal.
+  fp32 (bucket dropout_or_fp32): head dims 64 / 128: plain, causal;
+  large_head_dropout_or_fp32 (the widest tiles of the largest operands): head dims 256 and
+          192x128: dropout in fp16 and bf16, fp32 plain.
 Each problem gives four kernels (fwd, bwd_preprocess, bwd_dkdv, bwd_dq); identical compile
 inputs (the preprocess kernel ignores most flags) are compiled once, under the first key.
 """
@@ -42,7 +45,7 @@ from pathlib import Path
 from mha_ci.checksums.compile import AlignedStandIn, CompileTarget, CompileTask, backend_class, specialization_desc
 
 TYPICAL_DIMS = ((64, 64), (128, 128), (192, 128))
-ALL_DIMS = ((16, 16), (48, 48), (64, 64), (80, 80), (128, 128), (256, 256), (192, 128))
+ALL_DIMS = ((16, 16), (48, 48), (64, 64), (80, 80), (128, 128), (160, 160), (224, 224), (256, 256), (192, 128))
 WINDOW = (128, 128)
 # (label, Problem fields)
 FEATURES_FULL = (
@@ -53,6 +56,7 @@ FEATURES_FULL = (
 FEATURES_BASIC = (("plain", {}), ("causal", {"causal": True}))
 FEATURES_DROPOUT = (("dropout", {"dropout": True}), ("causal-dropout", {"causal": True, "dropout": True}))
 DROPOUT_FP32_DIMS = ((64, 64), (128, 128))
+LARGE_DROPOUT_FP32_DIMS = ((256, 256), (192, 128))
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,10 @@ def problem_matrix() -> list[ProblemPoint]:
             points += [ProblemPoint(dtype, dqk, dv, label, tuple(sorted(f.items()))) for label, f in FEATURES_DROPOUT]
     for dqk, dv in DROPOUT_FP32_DIMS:
         points += [ProblemPoint("fp32", dqk, dv, label, tuple(sorted(f.items()))) for label, f in FEATURES_BASIC]
+    for dqk, dv in LARGE_DROPOUT_FP32_DIMS:
+        label, flags = FEATURES_DROPOUT[0]
+        points += [ProblemPoint(dtype, dqk, dv, label, tuple(sorted(flags.items()))) for dtype in ("fp16", "bf16")]
+        points.append(ProblemPoint("fp32", dqk, dv, "plain", ()))
     return points
 
 

@@ -10,7 +10,8 @@ measurement run after the rule changed says so instead of being filed under a st
 """
 from __future__ import annotations
 
-BUCKETS = ("default", "small_head", "pe", "dropout_or_fp32")
+BUCKETS = ("default", "small_head", "large_head", "pe", "dropout_or_fp32", "large_head_dropout_or_fp32")
+LARGE_HEAD_DIM = 128
 PERF_PASS = "forward"     # perf workloads time the forward pass (the reference study did)
 
 
@@ -18,10 +19,13 @@ def select_bucket(pass_: str, dqk: int, dv: int, dtype: str, dropout_p: float) -
     """Mirror of mha.config.select_bucket; first match wins (see that docstring for why)."""
     if pass_ not in ("forward", "backward"):
         raise ValueError(f"pass_ must be 'forward' or 'backward', got {pass_!r}")
+    large = max(dqk, dv) > LARGE_HEAD_DIM
     if dropout_p > 0 or dtype == "fp32":
-        return "dropout_or_fp32"
-    if dqk > dv:
+        return "large_head_dropout_or_fp32" if large else "dropout_or_fp32"
+    if dqk > dv and dv <= LARGE_HEAD_DIM:
         return "pe"
+    if large:
+        return "large_head"
     if 16 < dv <= 64:
         return "small_head"
     return "default"
