@@ -19,10 +19,10 @@ from typing import Any, Callable, Iterable, Sequence
 
 from mha_ci.errors import ConfigError
 from mha_ci.model import schema
-from mha_ci.model.lockfile import read_pins
+from mha_ci.model.lockfile import normalise, read_pins
 from mha_ci.model.pipeline import (ARCH_PLACEHOLDER, EventRules, KindMatrix, LabelRule, PathRule,
                                    Pipeline, Selection, Triggers)
-from mha_ci.model.types import EVENT_KINDS, JOB_KINDS, Arch, KnownFailure, Toolchain
+from mha_ci.model.types import EVENT_KINDS, JOB_KINDS, Arch, KnownFailure, PlatformEnvironment, Toolchain
 from mha_ci.model.yaml_source import closest, line_of, load_yaml, validate
 
 PIPELINE_FILES = ("toolchains.yaml", "archs.yaml", "jobs.yaml", "triggers.yaml", "known_failures.yaml")
@@ -85,20 +85,35 @@ def load_pipeline(root: Path) -> Pipeline:
 def _load_toolchains(source: _Source, root: Path) -> dict[str, Toolchain]:
     toolchains = {}
     for name, spec in source.spec.toolchains.items():
-        loc = ("toolchains", name, "lock")
-        lock = root / spec.lock
-        if not lock.is_file():
-            raise source.error(loc, f"lock file {spec.lock} not found (looked for {lock})")
-        try:
-            pins = read_pins(lock)
-        except ValueError as exc:
-            raise source.error(loc, f"bad lock file: {exc}") from None
-        missing = [pin for pin in REQUIRED_PINS if pin not in pins]
-        if missing:
-            raise source.error(loc, f"lock file {spec.lock} pins no {', '.join(missing)}")
-        toolchains[name] = Toolchain(name=name, role=spec.role, lock=lock.resolve(),
-                                     container_dir=lock.parent.resolve(), pins=pins)
+        cpu = _platform_environment(source, root, ("toolchains", name, "lock"), spec.lock, ())
+        platforms = {"cpu": cpu}
+        for platform, platform_spec in spec.platforms.items():
+            loc = ("toolchains", name, "platforms", platform)
+            platforms[platform] = _platform_environment(source, root, (*loc, "lock"), platform_spec.lock,
+                                                        tuple(platform_spec.from_base))
+        toolchains[name] = Toolchain(name=name, role=spec.role, lock=cpu.lock, container_dir=cpu.lock.parent,
+                                     pins=dict(cpu.pins), platform="cpu", platforms=platforms)
     return toolchains
+
+
+def _platform_environment(source: _Source, root: Path, loc: tuple, relative: str,
+                          from_base: tuple[str, ...]) -> PlatformEnvironment:
+    lock = root / relative
+    if not lock.is_file():
+        raise source.error(loc, f"lock file {relative} not found (looked for {lock})")
+    try:
+        pins = read_pins(lock)
+    except ValueError as exc:
+        raise source.error(loc, f"bad lock file: {exc}") from None
+    missing = [pin for pin in REQUIRED_PINS if pin not in pins]
+    if missing:
+        raise source.error(loc, f"lock file {relative} pins no {', '.join(missing)}")
+    unknown = [n for n in from_base if normalise(n) not in pins]
+    if unknown:
+        raise source.error((*loc[:-1], "from_base"), f"from_base names {', '.join(unknown)}, which {relative} does not pin")
+    base = {normalise(n) for n in from_base}
+    return PlatformEnvironment(lock=lock.resolve(), pins={k: v for k, v in pins.items() if k not in base},
+                               from_base=tuple(sorted(base)))
 
 
 def _load_archs(source: _Source) -> dict[str, Arch]:

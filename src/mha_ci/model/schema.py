@@ -23,9 +23,15 @@ class _Strict(BaseModel):
 
 # toolchains.yaml ---------------------------------------------------------------------------
 
+class PlatformSpec(_Strict):
+    lock: NonEmpty                       # relative to the checkout root
+    from_base: list[NonEmpty] = []       # packages the base image provides; the lock's pin is not enforced
+
+
 class ToolchainSpec(_Strict):
     role: NonEmpty
-    lock: NonEmpty                       # relative to the checkout root
+    lock: NonEmpty                       # the cpu platform's lock, relative to the checkout root
+    platforms: dict[Literal["cuda", "rocm"], PlatformSpec] = {}
     description: str = ""
 
 
