@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 from mha_ci.containers.engine import BuildFailed, connect, ensure_image, expected_tag
-from mha_ci.containers.images import PLATFORM_FOR_DEVICE, image_spec
+from mha_ci.containers.images import image_spec
 from mha_ci.errors import EnvironmentProblem
 from mha_ci.executors.base import Executor, PayloadResult, PayloadRun
 from mha_ci.executors.local_process import PAYLOAD_ENVIRONMENT_EXIT, payload_environment
@@ -126,9 +126,9 @@ class DockerExecutor(Executor):
         return self._client
 
     def image_for(self, payload: PayloadRun):
-        platform = PLATFORM_FOR_DEVICE.get(payload.arch.device)
-        spec = platform and image_spec(payload.toolchain.container_dir, payload.toolchain.name,
-                                       platform)
+        platform = payload.toolchain.platform
+        spec = image_spec(payload.toolchain.container_dir, payload.toolchain.name, platform,
+                          lock=payload.toolchain.lock)
         if spec is None:
             raise EnvironmentProblem(
                 f"no image for {payload.toolchain.name} on {payload.arch.name}: "

@@ -90,14 +90,14 @@ def _load_toolchains(source: _Source, root: Path) -> dict[str, Toolchain]:
         for platform, platform_spec in spec.platforms.items():
             loc = ("toolchains", name, "platforms", platform)
             platforms[platform] = _platform_environment(source, root, (*loc, "lock"), platform_spec.lock,
-                                                        tuple(platform_spec.from_base))
+                                                        tuple(platform_spec.only))
         toolchains[name] = Toolchain(name=name, role=spec.role, lock=cpu.lock, container_dir=cpu.lock.parent,
                                      pins=dict(cpu.pins), platform="cpu", platforms=platforms)
     return toolchains
 
 
 def _platform_environment(source: _Source, root: Path, loc: tuple, relative: str,
-                          from_base: tuple[str, ...]) -> PlatformEnvironment:
+                          only: tuple[str, ...]) -> PlatformEnvironment:
     lock = root / relative
     if not lock.is_file():
         raise source.error(loc, f"lock file {relative} not found (looked for {lock})")
@@ -108,12 +108,12 @@ def _platform_environment(source: _Source, root: Path, loc: tuple, relative: str
     missing = [pin for pin in REQUIRED_PINS if pin not in pins]
     if missing:
         raise source.error(loc, f"lock file {relative} pins no {', '.join(missing)}")
-    unknown = [n for n in from_base if normalise(n) not in pins]
+    unknown = [n for n in only if normalise(n) not in pins]
     if unknown:
-        raise source.error((*loc[:-1], "from_base"), f"from_base names {', '.join(unknown)}, which {relative} does not pin")
-    base = {normalise(n) for n in from_base}
-    return PlatformEnvironment(lock=lock.resolve(), pins={k: v for k, v in pins.items() if k not in base},
-                               from_base=tuple(sorted(base)))
+        raise source.error((*loc[:-1], "only"), f"only names {', '.join(unknown)}, which {relative} does not pin")
+    chosen = tuple(normalise(n) for n in only)
+    return PlatformEnvironment(lock=lock.resolve(), pins={k: v for k, v in pins.items() if not chosen or k in chosen},
+                               only=chosen)
 
 
 def _load_archs(source: _Source) -> dict[str, Arch]:

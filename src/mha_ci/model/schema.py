@@ -25,7 +25,9 @@ class _Strict(BaseModel):
 
 class PlatformSpec(_Strict):
     lock: NonEmpty                       # relative to the checkout root
-    from_base: list[NonEmpty] = []       # packages the base image provides; the lock's pin is not enforced
+    # Only these lock entries are installed, over a base image that brings the rest (ROCm torch is not
+    # on PyPI): only they are pinned; the others are recorded. Empty: the whole lock.
+    only: list[NonEmpty] = []
 
 
 class ToolchainSpec(_Strict):

@@ -25,7 +25,7 @@ class PlatformEnvironment:
 
     lock: Path                                   # absolute
     pins: dict[str, str]                         # what the payload's pin check compares
-    from_base: tuple[str, ...] = ()              # packages the base image provides (ROCm torch): not pinned
+    only: tuple[str, ...] = ()                   # installed over a base image: just these (ROCm: triton)
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,10 @@ class Toolchain:
         return replace(self, lock=environment.lock, pins=dict(environment.pins), platform=platform)
 
     @property
-    def from_base(self) -> tuple[str, ...]:
+    def installs_only(self) -> tuple[str, ...]:
+        """Lock entries installed over a base image on this platform; () = the whole lock."""
         environment = self.platforms.get(self.platform)
-        return environment.from_base if environment else ()
+        return environment.only if environment else ()
 
 
 @dataclass(frozen=True)

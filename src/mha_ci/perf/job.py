@@ -87,7 +87,7 @@ def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, re
     env = {k: os.environ[k] for k in ("MHA_PERF_PLANT_SLOWDOWN", "MHA_PERF_PLANT_KEYS", "MHA_CI_COMMIT")
            if k in os.environ}
     env.update(extra_env or {})
-    result = executor.run(PayloadRun(module="perf", args=tuple(args), toolchain=pipeline.toolchains[toolchain],
+    result = executor.run(PayloadRun(module="perf", args=tuple(args), toolchain=pipeline.toolchains[toolchain].on(pipeline.archs[arch].platform),
                                      arch=pipeline.archs[arch], out_dir=out_dir, env=env,
                                      timeout_s=PAYLOAD_TIMEOUT_S, log_prefix=log_prefix))
     out = Path(out_dir) / rel / out_name

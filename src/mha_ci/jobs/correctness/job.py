@@ -40,7 +40,7 @@ def durations_file(root: Path, arch: str) -> Path:
 def run_job(job: Job, pipeline, executor: Executor, out_dir: Path) -> JobResult:
     started = time.monotonic()
     arch = pipeline.archs[job.arch]
-    toolchain = pipeline.toolchains[job.toolchain]
+    toolchain = pipeline.toolchains[job.toolchain].on(arch.platform)
     index, count = job.shard or 1, job.shards or 1
     rel = f"jobs/{job.id}"
     job_dir = out_dir / rel
