@@ -27,7 +27,7 @@ KEYS = ("dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1", "dense_b1_hq64_hk8_sq81
 
 
 def perf_doc(toolchain: str, means=(500.0, 1900.0), noise=2.0, gpu="NVIDIA H200", arch="sm90",
-             stall=None, versions=None, subset="full", error_key=None) -> dict:
+             stall=None, versions=None, subset="full", error_key=None, pins_checked=True) -> dict:
     results = []
     for key, mean in zip(KEYS, means):
         if key == error_key:
@@ -38,7 +38,9 @@ def perf_doc(toolchain: str, means=(500.0, 1900.0), noise=2.0, gpu="NVIDIA H200"
                                   "noise_pct": noise, "reps": 5, "dispatches": 40, "stall": stall}, "error": None})
     return {"schema": "mha-ci.perf/1",
             "provenance": {"gpu": gpu, "arch": arch, "driver": "580.1", "toolchain": toolchain,
-                           "versions": versions or PINS[toolchain], "kernel": "mha", "commit": "abc", "date": "2026-11-29"},
+                           "versions": versions or PINS[toolchain], "kernel": "mha", "commit": "abc", "date": "2026-11-29",
+                           "pins_checked": pins_checked,
+                           "pin_mismatches": [] if pins_checked else ["toolchain t pins torch==2.8.0 but the environment has torch 2.11.0"]},
             "method": {"warmup": 10, "dispatches": 40, "reps": 5, "trim": [10, 10]},
             "selection": {"subset": subset, "count": len(results)}, "results": results}
 
@@ -133,13 +135,15 @@ def test_nothing_moved_makes_no_branch_unless_asked(repo, scratch):
     (perf_doc("triton-3.4", subset="pr"), ExitCode.GATE_FAILED, "measured the 'pr' subset"),
     ({"schema": "mha-ci.perf/0"}, ExitCode.GATE_FAILED, "not a mha-ci.perf/1 document"),
     (perf_doc("triton-3.4", gpu="NVIDIA H100 80GB HBM3"), ExitCode.ENVIRONMENT_ERROR,
-     "GPU 'NVIDIA H100 80GB HBM3' differs from the stored baseline's 'NVIDIA H200'"),
+     "not comparable with the stored baseline: different GPU: baseline 'NVIDIA H200', candidate 'NVIDIA H100 80GB HBM3'"),
     (perf_doc("triton-3.4", arch="gfx950"), ExitCode.ENVIRONMENT_ERROR, "measured on arch 'gfx950', not 'sm90'"),
     (perf_doc("triton-3.8", versions=PINS["triton-3.8"]) | {}, ExitCode.ENVIRONMENT_ERROR,
      "measured with toolchain 'triton-3.8', not 'triton-3.4'"),
     (perf_doc("triton-3.4", versions={"torch": "2.13.0+cu130", "triton": "3.6.0"}), ExitCode.ENVIRONMENT_ERROR,
      "triton '3.6.0' measured, '3.4.0' pinned"),
-], ids=["stall", "noise", "failed-shape", "subset", "schema", "gpu", "arch", "toolchain", "pin"])
+    (perf_doc("triton-3.4", pins_checked=False), ExitCode.ENVIRONMENT_ERROR,
+     "an unpinned measurement (toolchain t pins torch==2.8.0 but the environment has torch 2.11.0) does not refresh"),
+], ids=["stall", "noise", "failed-shape", "subset", "schema", "gpu", "arch", "toolchain", "pin", "unpinned"])
 def test_refuses_an_invalid_measurement_and_writes_nothing(repo, scratch, doc, exit_code, reason):
     before = snapshot(repo)
     with pytest.raises(RefreshRefused) as refused:
@@ -237,3 +241,18 @@ def test_policy_comes_from_pipelines_perf_yaml(repo):
     policy = RefreshPolicy.from_pipelines(repo)
     assert policy.max_noise_pct == raw["refresh"]["max_noise_pct"]
     assert policy.gate.floor_pct == raw["gate"]["floor_pct"] and policy.gate.k == raw["gate"]["k"]
+
+
+def test_an_unpinned_measurement_refreshes_only_when_asked_and_stays_marked(repo, scratch):
+    docs = {"triton-3.4": perf_doc("triton-3.4", means=(600.0, 1900.0), pins_checked=False)}
+    result = run(repo, docs, scratch, toolchains=["triton-3.4"], allow_unpinned=True)
+    assert result.status == "committed"
+    stored = json.loads(git(repo, "show", f"{BRANCH_34}:perf_baselines/sm90/triton-3.4.json"))
+    assert stored["provenance"]["pins_checked"] is False and stored["provenance"]["pin_mismatches"]
+
+
+def test_a_torch_release_other_than_the_pin_is_no_refusal(repo, scratch):
+    # torch launches the Triton kernels but compiles none of them (mha_ci.perf.comparable)
+    docs = {"triton-3.4": perf_doc("triton-3.4", means=(600.0, 1900.0),
+                                   versions={"torch": "2.11.0+cu130", "triton": "3.4.0"})}
+    assert run(repo, docs, scratch, toolchains=["triton-3.4"]).status == "committed"

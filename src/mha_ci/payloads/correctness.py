@@ -90,7 +90,8 @@ def collect(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    versions = pincheck.enforce()
+    pins = pincheck.enforce_report()
+    versions = pins["versions"]
     import pytest
 
     tests = [line.strip() for line in out_path(args.tests).read_text().splitlines() if line.strip()]
@@ -98,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     junit.parent.mkdir(parents=True, exist_ok=True)
     if junit.exists():
         junit.unlink()          # a stale file from an earlier run must not pass for this run's result
-    report = {"schema": REPORT_SCHEMA, "tests": len(tests), "versions": versions, "workers": args.workers}
+    report = {"schema": REPORT_SCHEMA, "tests": len(tests), "versions": versions, "workers": args.workers,
+              "pins_checked": pins["pins_checked"], "pin_mismatches": pins["pin_mismatches"]}
     if not tests:
         report.update(pytest_exit=None, outcomes={}, durations={}, counts={}, wall_s=0.0,
                       problem="the shard has no tests")

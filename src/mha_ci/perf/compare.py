@@ -8,7 +8,8 @@ Per shape (both sides' `trimmed_mean_us`):
   ok            otherwise
   invalid       the gate cannot judge: missing on one side, failed on one side, either side's
                 noise above invalid_noise_pct, or the two measurements are not comparable
-                (different GPU, arch, kernel, or toolchain without --cross-toolchain).
+                (mha_ci.perf.comparable: different GPU, arch, kernel, or Triton release
+                without --cross-toolchain; torch, driver and unpinned sides are noted, not refused).
 The two noises are combined in quadrature because the delta is a difference of two independent
 estimates. A document made from several runs (mha_ci.perf.combine: a baseline, or a candidate
 measured with --repeat) also knows how far a shape moves between runs; its noise is the larger
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+
+from mha_ci.perf import comparable
 
 STATUSES = ("improvement", "ok", "regression", "invalid")
 
@@ -69,6 +72,7 @@ class Comparison:
     shapes: tuple[ShapeVerdict, ...]
     policy: GatePolicy
     refused: str | None = None          # why the two documents are not comparable, if they are not
+    notes: tuple[str, ...] = ()         # differences that do not refuse it (torch, driver, unpinned)
     cross_toolchain: bool = False
     not_measured: int = 0               # baseline shapes outside the candidate's subset
     baseline_provenance: dict = field(default_factory=dict)
@@ -97,6 +101,7 @@ class Comparison:
             "schema": "mha-ci.perf-compare/1",
             "summary": self.summary,
             "refused": self.refused,
+            "notes": list(self.notes),
             "cross_toolchain": self.cross_toolchain,
             "not_measured": self.not_measured,
             "gate": asdict(self.policy),
@@ -112,21 +117,8 @@ def _provenance_brief(p: dict) -> dict:
 
 
 def incomparable(base: dict, cand: dict, cross_toolchain: bool) -> str | None:
-    """Why two provenances must not be compared shape by shape, or None."""
-    for name, what in (("arch", "arch"), ("gpu", "GPU"), ("kernel", "kernel under test")):
-        if base.get(name) != cand.get(name):
-            return f"different {what}: baseline {base.get(name)!r}, candidate {cand.get(name)!r}"
-    if cross_toolchain:
-        return None
-    if base.get("toolchain") != cand.get("toolchain"):
-        return (f"different toolchain: baseline {base.get('toolchain')!r}, candidate {cand.get('toolchain')!r} "
-                "(pass --cross-toolchain to compare toolchains on purpose)")
-    bv, cv = base.get("versions") or {}, cand.get("versions") or {}
-    for package in ("torch", "triton"):
-        if bv.get(package) != cv.get(package):
-            return (f"different {package}: baseline {bv.get(package)!r}, candidate {cv.get(package)!r} "
-                    "(pass --cross-toolchain to compare toolchains on purpose)")
-    return None
+    """Why two provenances must not be compared shape by shape, or None (mha_ci.perf.comparable)."""
+    return comparable.refusal(base, cand, cross_toolchain)
 
 
 def compare(baseline: dict, candidate: dict, policy: GatePolicy, cross_toolchain: bool = False) -> Comparison:
@@ -142,7 +134,8 @@ def compare(baseline: dict, candidate: dict, policy: GatePolicy, cross_toolchain
     not_measured = 0 if candidate_is_full else len(set(base) - set(cand))
     verdicts = tuple(_verdict(key, base.get(key), cand.get(key), policy, refused) for key in keys)
     return Comparison(shapes=verdicts, policy=policy, refused=refused, cross_toolchain=cross_toolchain,
-                      not_measured=not_measured, baseline_provenance=base_p, candidate_provenance=cand_p)
+                      not_measured=not_measured, baseline_provenance=base_p, candidate_provenance=cand_p,
+                      notes=tuple(comparable.notes(base_p, cand_p)))
 
 
 def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refused: str | None) -> ShapeVerdict:

@@ -108,6 +108,7 @@ def _header(c: Comparison) -> list[str]:
         lines.append(f"{c.not_measured} baseline shapes are outside the candidate's subset and were not compared.")
     if c.refused:
         lines.append(f"REFUSED: {c.refused}")
+    lines += [f"NOTE: {note}" for note in c.notes]
     return lines
 
 
