@@ -87,7 +87,7 @@ def test_a_platform_without_an_environment_is_an_environment_error(pipeline):
 
 def test_only_must_name_pinned_packages(pipeline_root):
     path = pipeline_root / "pipelines" / "toolchains.yaml"
-    path.write_text(path.read_text().replace("only: [triton]}", "only: [tritno]}", 1))
+    path.write_text(path.read_text().replace("only: [triton]}", "only: [tritno]}"))
     assert cli(["--root", str(pipeline_root), "plan"]) == 2
 
 
