@@ -168,7 +168,8 @@ def run_jobs(jobs: list[PlannedJob], pipeline, executor: Executor, out_dir: Path
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "junit").mkdir(exist_ok=True)
     report = RunReport(out_dir=out_dir, executor=executor.name, not_run=list(not_run), skipped=list(skipped),
-                       provenance=provenance or run_provenance(pipeline, executor.name),
+                       provenance=provenance or run_provenance(
+                           pipeline, executor.name, getattr(executor, "pin_mode", "enforce")),
                        pending=[p.job.id for p in jobs])
     write_reports(report, summary)
     for position, planned in enumerate(jobs, start=1):
@@ -198,10 +199,11 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(temp, path)
 
 
-def run_provenance(pipeline, executor: str) -> dict:
+def run_provenance(pipeline, executor: str, pin_mode: str = "enforce") -> dict:
     root = Path(pipeline.root)
     return {
         "executor": executor,
+        "pin_mode": pin_mode,
         "mha_ci": mha_ci.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),

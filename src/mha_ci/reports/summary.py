@@ -26,6 +26,11 @@ def render(results: dict) -> str:
     lines.append(f"executor `{prov.get('executor', '?')}`, python {prov.get('python', '?')}, commit `{commit[:12]}`"
                  f"{' (with uncommitted changes)' if prov.get('dirty') else ''}, {prov.get('date', '?')}")
     lines.append("")
+    unpinned = [j for j in jobs if j.get("details", {}).get("pin_mismatches")]
+    if prov.get("pin_mode") == "record":
+        lines += ["**UNPINNED run** (`--pins record`): the payloads ran what this host has installed; "
+                  f"{len(unpinned)} job(s) differ from their toolchain's lock (listed below). Their verdicts are "
+                  "real but not the pinned toolchain's.", ""]
 
     lines += ["## Jobs", ""]
     if jobs:
@@ -46,11 +51,17 @@ def render(results: dict) -> str:
 
     versions = _versions(jobs)
     if versions:
-        lines += ["## Toolchain versions (as installed, checked against the pins)", "",
+        lines += ["## Toolchain versions (as installed)", "",
                   "| job | python | torch | triton | numpy |", "|---|---|---|---|---|"]
         for job_id, found in versions:
             lines.append(f"| `{job_id}` | {found.get('python', '-')} | {found.get('torch') or '-'} | "
                          f"{found.get('triton') or '-'} | {found.get('numpy') or '-'} |")
+        lines.append("")
+
+    if unpinned:
+        lines += ["## Unpinned: what differs from the locks", ""]
+        for job in unpinned:
+            lines += [f"- `{job['job_id']}`: {m}" for m in job["details"]["pin_mismatches"]]
         lines.append("")
 
     failing = [j for j in jobs if j.get("details", {}).get("failed_tests")]
