@@ -127,7 +127,7 @@ def test_nothing_moved_makes_no_branch_unless_asked(repo, scratch):
 
 
 @pytest.mark.parametrize("doc, exit_code, reason", [
-    (perf_doc("triton-3.4", stall={"us": 2100.0, "ratio": 4.2}), ExitCode.GATE_FAILED, "stalled (2100.0 us, 4.2x the median)"),
+    (perf_doc("triton-3.4", stall={"worst_us": 2100.0, "ratio": 4.2}), ExitCode.GATE_FAILED, "stalled (2100.0 us, 4.2x the median)"),
     (perf_doc("triton-3.4", noise=7.5), ExitCode.GATE_FAILED, "noise 7.5 % > refresh.max_noise_pct 5.0 %"),
     (perf_doc("triton-3.4", error_key=KEYS[1]), ExitCode.GATE_FAILED, "failed to run: launch failed"),
     (perf_doc("triton-3.4", subset="pr"), ExitCode.GATE_FAILED, "measured the 'pr' subset"),
@@ -152,7 +152,7 @@ def test_refuses_an_invalid_measurement_and_writes_nothing(repo, scratch, doc, e
 
 
 def test_reports_every_toolchains_problems_at_once(repo, scratch):
-    docs = {"triton-3.4": perf_doc("triton-3.4", noise=9.0), "triton-3.8": perf_doc("triton-3.8", stall={"us": 1, "ratio": 5})}
+    docs = {"triton-3.4": perf_doc("triton-3.4", noise=9.0), "triton-3.8": perf_doc("triton-3.8", stall={"worst_us": 1, "ratio": 5})}
     with pytest.raises(RefreshRefused) as refused:
         run(repo, docs, scratch)
     assert any(r.startswith("sm90/triton-3.4") for r in refused.value.reasons)
