@@ -81,3 +81,194 @@ def test_perf_compare_never_passes_a_broken_measurement(tmp_path, repo_root, cap
     captured = capsys.readouterr()
     assert phrase in captured.out + captured.err
     assert "ok       +nan" not in captured.out
+
+
+# Inputs that used to end in a traceback with exit 1 ("a gate failed"). Each case breaks a copy of
+# pipelines/ (root) in tmp_path and returns the arguments after `--root ROOT`.
+
+def _write(path: Path, data: bytes | str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return path
+
+
+def _replace(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def non_utf8_yaml(root, tmp):
+    _write(root / "pipelines" / "jobs.yaml", b"jobs:\n  - name: caf\xe9\n")
+    return ["validate"]
+
+
+def huge_yaml(root, tmp):
+    _write(root / "pipelines" / "triggers.yaml", "# padding\n" * 120_000)
+    return ["validate"]
+
+
+def zero_tensor_parallel(root, tmp):
+    _replace(root / "pipelines" / "workloads.yaml", "tensor_parallel: [1, 8]", "tensor_parallel: [0, 8]")
+    return ["perf", "shapes"]
+
+
+def zero_prefill_seqlen(root, tmp):
+    _replace(root / "pipelines" / "workloads.yaml", "prefill_seqlens: [256,", "prefill_seqlens: [0,")
+    return ["perf", "shapes"]
+
+
+def lock_outside_checkout(root, tmp):
+    secret = _write(root.parent / f"{root.name}-secret.lock", "root-password-line\n")   # beside the checkout
+    text = (root / "pipelines" / "toolchains.yaml").read_text()
+    import re
+    (root / "pipelines" / "toolchains.yaml").write_text(re.sub(r"lock: containers/\S+", f"lock: {secret}", text, count=1))
+    return ["validate"]
+
+
+def non_utf8_event(root, tmp):
+    return ["plan", "--github-event", str(_write(tmp / "event.json", b'{"pull_request": {"title": "\xff"}}'))]
+
+
+def label_without_name(root, tmp):
+    event = {"pull_request": {"labels": [{"color": "ededed"}], "base": {"ref": "main"}, "draft": False}}
+    return ["plan", "--github-event", str(_write(tmp / "event.json", json.dumps(event)))]
+
+
+def non_utf8_changed_files(root, tmp):
+    return ["plan", "--changed-files", str(_write(tmp / "changed.txt", b"src/mha/\xff.py\n"))]
+
+
+def uppercase_ci_label(root, tmp):
+    return ["plan", "--labels", "CI:SM90"]
+
+
+def out_is_a_file(root, tmp):
+    base = _write(tmp / "base.json", json.dumps(BASE))
+    return ["perf", "compare", str(base), str(base), "--out", str(_write(tmp / "taken", "x"))]
+
+
+def out_under_a_file(root, tmp):
+    return ["run", "--job", "nothing", "--out", str(_write(tmp / "taken", "x") / "sub")]
+
+
+def perf_document_is_a_folder(root, tmp):
+    base = _write(tmp / "base.json", json.dumps(BASE))
+    (tmp / "folder.json").mkdir()
+    return ["perf", "compare", str(base), str(tmp / "folder.json")]
+
+
+def merge_out_is_a_folder(root, tmp):
+    base = _write(tmp / "base.json", json.dumps(BASE))
+    return ["perf", "merge", str(base), "--out", str(tmp)]
+
+
+# (case, exit code, phrase in stderr)
+USAGE_CASES = [
+    (non_utf8_yaml, 2, "jobs.yaml:2: YAML file is not UTF-8 text"),
+    (huge_yaml, 2, "more than the 1048576 allowed"),
+    (zero_tensor_parallel, 2, "tensor_parallel / 0: Input should be greater than or equal to 1"),
+    (zero_prefill_seqlen, 2, "prefill_seqlens / 0: Input should be greater than or equal to 1"),
+    (lock_outside_checkout, 2, "is outside the checkout"),
+    (non_utf8_event, 2, "GitHub event is not UTF-8 text"),
+    (label_without_name, 2, "labels[0]: a label is a string or an object with a string 'name'"),
+    (non_utf8_changed_files, 2, "changed-files list is not UTF-8 text"),
+    (uppercase_ci_label, 2, "unknown label 'CI:SM90'"),
+    (out_is_a_file, 2, "is a file, not a folder"),
+    (out_under_a_file, 2, "cannot write there"),
+    (perf_document_is_a_folder, 2, "cannot read perf result"),
+    (merge_out_is_a_folder, 2, "is a folder; this command writes one file there"),
+]
+
+
+@pytest.mark.parametrize("case, code, phrase", USAGE_CASES, ids=[c[0].__name__ for c in USAGE_CASES])
+def test_bad_input_is_a_usage_error_not_a_crash(pipeline_root, tmp_path, capsys, case, code, phrase):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    args = case(pipeline_root, scratch)
+    assert main(["--root", str(pipeline_root), *args]) == code
+    err = capsys.readouterr().err
+    assert phrase in err
+    assert "Traceback" not in err and "internal error" not in err
+    assert "root-password-line" not in err
+
+
+def test_a_crash_is_exit_4_with_one_line_and_the_traceback_in_a_file(repo_root, tmp_path, capsys, monkeypatch):
+    import mha_ci.commands.validate as validate
+
+    def broken(args):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(validate, "_handler", broken)
+    assert main(["--root", str(repo_root), "validate"]) == ExitCode.INTERNAL_ERROR == 4
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("mha-ci: internal error: KeyError: 'surprise' (traceback in ")
+    trace = Path(err.rsplit("traceback in ", 1)[1].rstrip(")"))
+    assert "Traceback (most recent call last)" in trace.read_text() and "surprise" in trace.read_text()
+    trace.unlink()
+
+
+SLEEPER = """import os, sys, time
+open(os.environ["MHA_CI_OUT"] + "/payload.pid", "w").write(str(os.getpid()))
+time.sleep(120)
+open(os.environ["MHA_CI_OUT"] + "/junit.xml", "w").write("<testsuite/>")
+"""
+
+
+def test_sigterm_kills_the_payload_and_the_run_says_interrupted(repo_root, tmp_path, capsys):
+    """SIGTERM is how CI cancels: the payload's process group dies, results.json and summary.md
+    say "interrupted" (never "exit 0, all gates pass"), and mha-ci exits 143."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from mha_ci.executors.base import PayloadRun
+    from mha_ci.executors.local_process import run_python_payload
+    from mha_ci.jobs import runner
+
+    fake_root = tmp_path / "fake"      # a payload module that sleeps, on the payload's PYTHONPATH
+    _write(fake_root / "src" / "mha_ci" / "__init__.py", "")
+    _write(fake_root / "src" / "mha_ci" / "payloads" / "__init__.py", "")
+    _write(fake_root / "src" / "mha_ci" / "payloads" / "sleeper.py", SLEEPER)
+    payload_out = tmp_path / "payload"
+
+    def sleeping_job(job, pipeline, executor, out_dir):
+        run = PayloadRun(module="sleeper", args=(), toolchain=pipeline.toolchains[job.toolchain],
+                         arch=pipeline.archs[job.arch], out_dir=payload_out)
+        run_python_payload(sys.executable, run, fake_root, executor="host")
+        raise AssertionError("the payload was not interrupted")
+
+    def terminate_when_started():
+        deadline = time.monotonic() + 60
+        while not (payload_out / "payload.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    job = "correctness-interpreter-triton-3.8-1of2"
+    runner.register("correctness", sleeping_job)
+    killer = threading.Thread(target=terminate_when_started, daemon=True)
+    killer.start()
+    try:
+        code = main(["--root", str(repo_root), "run", "--job", job, "--executor", "host", "--out", str(tmp_path / "out")])
+    finally:
+        runner.unregister("correctness")
+        killer.join()
+    assert code == ExitCode.TERMINATED == 143
+    assert "interrupted (SIGTERM)" in capsys.readouterr().err
+    pid = int((payload_out / "payload.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert not (payload_out / "junit.xml").exists()
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert (results["status"], results["exit_code"], results["pending"]) == ("interrupted", 143, [job])
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "INTERRUPTED" in summary and "all gates pass" not in summary
+
+
+def test_a_run_in_progress_claims_no_verdict():
+    from mha_ci.reports import summary
+
+    text = summary.render({"status": "running", "exit_code": None, "pending": ["a", "b"], "jobs": []})
+    assert "RUNNING: no verdict yet**, 2 job(s) still to run" in text and "all gates pass" not in text

@@ -87,6 +87,8 @@ def _load_toolchains(source: _Source, root: Path) -> dict[str, Toolchain]:
     for name, spec in source.spec.toolchains.items():
         loc = ("toolchains", name, "lock")
         lock = root / spec.lock
+        if not lock.resolve().is_relative_to(Path(root).resolve()):   # nor read, nor quoted in the error
+            raise source.error(loc, f"lock file {spec.lock} is outside the checkout; locks live under containers/")
         if not lock.is_file():
             raise source.error(loc, f"lock file {spec.lock} not found (looked for {lock})")
         try:
