@@ -272,3 +272,62 @@ def test_a_run_in_progress_claims_no_verdict():
 
     text = summary.render({"status": "running", "exit_code": None, "pending": ["a", "b"], "jobs": []})
     assert "RUNNING: no verdict yet**, 2 job(s) still to run" in text and "all gates pass" not in text
+
+
+def _planned(repo_root, tmp_path, capsys, changed: bytes) -> list[str]:
+    listing = _write(tmp_path / "changed.txt", changed)
+    assert main(["--root", str(repo_root), "plan", "--changed-files", str(listing), "--format", "json"]) == 0
+    return [job["id"] for job in json.loads(capsys.readouterr().out)["jobs"]]
+
+
+def test_a_path_climbing_out_of_docs_is_not_documentation(repo_root, tmp_path, capsys):
+    docs_only = _planned(repo_root, tmp_path, capsys, b"docs/notes.md\n")
+    climbing = _planned(repo_root, tmp_path, capsys, b"docs/../src/mha/kernel.py\n")
+    assert climbing == _planned(repo_root, tmp_path, capsys, b"src/mha/kernel.py\n")
+    assert set(climbing) > set(docs_only)
+
+
+def test_non_ascii_paths_from_git_diff_z_match_their_rules(repo_root, tmp_path, capsys):
+    plain = _planned(repo_root, tmp_path, capsys, b"docs/notes.md\n")
+    config = _planned(repo_root, tmp_path, capsys, "docs/notes.md\0src/mha/configs/gfx942-caf\u00e9.json\0".encode())
+    assert any("gfx942" in job for job in config) and not any("gfx942" in job for job in plain)
+
+
+def test_a_changed_path_outside_the_repository_is_a_usage_error(repo_root, tmp_path, capsys):
+    listing = _write(tmp_path / "changed.txt", b"../elsewhere/x.py\n")
+    assert main(["--root", str(repo_root), "plan", "--changed-files", str(listing)]) == 2
+    assert "not inside the repository" in capsys.readouterr().err
+
+
+# The PR `gate` check (python -m mha_ci.export.gate): red unless every planned job of a non-draft
+# pull request left a passing result. (id, plan job result, same repository, what the one planned
+# job left behind: None = nothing, else (results.json status, verdict, exit code), phrase)
+JOB = "correctness-interpreter-triton-3.8-1of2"
+GATE_CASES = [
+    ("draft-plan-skipped", "skipped", True, ("finished", "pass", 0), "ready for review"),
+    ("plan-cancelled", "cancelled", True, ("finished", "pass", 0), "ended with 'cancelled'"),
+    ("job-never-ran", "success", True, None, "did not run"),
+    ("fork-gpu-withheld", "success", False, None, "withheld"),
+    ("job-interrupted", "success", True, ("interrupted", "pass", 143), "status is 'interrupted'"),
+    ("job-still-running", "success", True, ("running", "pass", 0), "status is 'running'"),
+    ("job-crashed", "success", True, ("finished", "error", 4), "verdict error"),
+]
+
+
+@pytest.mark.parametrize("plan_result, same_repository, left, phrase", [c[1:] for c in GATE_CASES],
+                         ids=[c[0] for c in GATE_CASES])
+def test_the_pr_gate_is_red_without_a_verdict(tmp_path, plan_result, same_repository, left, phrase):
+    from mha_ci.export import gate
+
+    plan = _write(tmp_path / "plan.json", json.dumps({"jobs": [{"id": JOB}]}))
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    if left:
+        status, verdict, code = left
+        folder = artifacts / gate.artifact_name(JOB)
+        _write(folder / "exit-code", f"{code}\n")
+        _write(folder / "results.json", json.dumps({"schema": "mha-ci.results/1", "status": status, "exit_code": code,
+                                                    "jobs": [{"job_id": JOB, "verdict": verdict}]}))
+    code, lines = gate.run_gate(plan, artifacts, plan_result, same_repository)
+    assert code == 1
+    assert phrase in "\n".join(lines)

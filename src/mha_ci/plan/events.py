@@ -12,6 +12,7 @@ unknown, which the policy treats as "every path changed" (a local `make ci` runs
 from __future__ import annotations
 
 import json
+import posixpath
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,21 @@ def parse_labels(text: str | None) -> frozenset[str]:
 
 
 def read_changed_files(path: Path) -> tuple[str, ...]:
-    """One repository-relative path per line; blank lines ignored, order kept, duplicates dropped."""
-    lines = read_text_file(path, "changed-files list").splitlines()
-    paths = (line.strip().removeprefix("./") for line in lines)
-    return tuple(dict.fromkeys(p for p in paths if p))
+    """Repository-relative paths, one a line or NUL-separated (`git diff --name-only -z`, which does
+    not quote non-ASCII names); blank entries ignored, order kept, duplicates dropped. Each path is
+    normalised (`docs/../src/mha/x` is `src/mha/x`, so it cannot pass for documentation); one that
+    leaves the repository is a usage error."""
+    text = read_text_file(path, "changed-files list")
+    entries = text.split("\0") if "\0" in text else text.splitlines()
+    paths = []
+    for entry in (e.strip() for e in entries):
+        if not entry:
+            continue
+        normal = posixpath.normpath(entry)
+        if normal.startswith(("/", "../")) or normal in ("..", "."):
+            raise ConfigError(f"changed path {entry!r} is not inside the repository", file=str(path))
+        paths.append(normal)
+    return tuple(dict.fromkeys(paths))
 
 
 def _infer_kind(data: dict[str, Any], path: Path) -> str:
