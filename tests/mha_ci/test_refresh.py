@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mha_ci.cli import main
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
 from mha_ci.model.loader import load_pipeline
 from mha_ci.perf.compare import GatePolicy
@@ -237,3 +238,21 @@ def test_policy_comes_from_pipelines_perf_yaml(repo):
     policy = RefreshPolicy.from_pipelines(repo)
     assert policy.max_noise_pct == raw["refresh"]["max_noise_pct"]
     assert policy.gate.floor_pct == raw["gate"]["floor_pct"] and policy.gate.k == raw["gate"]["k"]
+
+
+def test_refresh_refuses_a_working_tree_that_is_not_head(repo, scratch, capsys):
+    """Its baselines are stored as HEAD's: measuring uncommitted code would misattribute them."""
+    toolchains = repo / "pipelines" / "toolchains.yaml"
+    toolchains.write_text(toolchains.read_text() + "\n# an uncommitted edit\n")
+    code = main(["--root", str(repo), "perf", "refresh", "--arch", "sm90", "--executor", "host",
+                 "--out", str(scratch / "out")])
+    assert code == ExitCode.CONFIG_ERROR
+    assert "differs from HEAD in 1 tracked file(s) (pipelines/toolchains.yaml)" in capsys.readouterr().err
+
+
+def test_a_stall_seen_only_in_max_us_is_refused(repo, scratch):
+    doc = perf_doc("triton-3.4")
+    doc["results"][0]["stats"]["max_us"] = 500.0 * 5000      # no `stall` field, as another tool writes it
+    with pytest.raises(RefreshRefused) as refused:
+        run(repo, {"triton-3.4": doc}, scratch, toolchains=["triton-3.4"])
+    assert any("stalled (2500000.0 us, 5000.0x the median)" in r for r in refused.value.reasons), refused.value.reasons

@@ -270,9 +270,16 @@ def cmd_refresh(args) -> int:
     from mha_ci.commands.run import make_executor
     from mha_ci.model.loader import load_pipeline
     from mha_ci.perf.job import measure_full
+    from mha_ci.refresh.branch import uncommitted
     from mha_ci.refresh.core import refresh
 
     pipeline = load_pipeline(args.root)
+    # A baseline is stored as the measurement of HEAD: measuring other code would misattribute it.
+    changed = uncommitted(args.root)
+    if changed:
+        raise ConfigError(f"the working tree differs from HEAD in {len(changed)} tracked file(s) "
+                          f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); a baseline is measured "
+                          "from a commit: commit or stash them first")
     arch = args.arch or _local_arch(pipeline)
     out_dir = (args.out or args.root / "out" / "refresh").resolve()
     executor = make_executor(args.executor, args.root)
