@@ -228,9 +228,12 @@ def run_job(job, pipeline, executor, out_dir: Path):
     result.artifacts += [str(p.relative_to(out_dir)) for p in paths.values()]
     result.details.update(summary=comparison.summary, refused=comparison.refused,
                           stalls=len(comparison.stalled),
-                          regressions=[v.key for v in comparison.shapes if v.status == "regression"][:50])
+                          regressions=[v.key for v in comparison.shapes if v.status == "regression"][:50],
+                          broken=[{"key": v.key, "reason": v.reason} for v in comparison.broken])
     if comparison.gate_failed:
-        result.message = comparison.refused or f"perf gate failed: {report.tally_line(comparison)}"
+        causes = comparison.failures
+        result.message = comparison.refused or (f"perf gate failed: {report.tally_line(comparison)}; "
+                                                + "; ".join(causes[:3]) + (f"; {len(causes) - 3} more" if len(causes) > 3 else ""))
         return result
     result.verdict, result.exit_code = "pass", ExitCode.OK
     result.message = report.tally_line(comparison)
