@@ -331,3 +331,22 @@ def test_the_pr_gate_is_red_without_a_verdict(tmp_path, plan_result, same_reposi
     code, lines = gate.run_gate(plan, artifacts, plan_result, same_repository)
     assert code == 1
     assert phrase in "\n".join(lines)
+
+
+def test_ctrl_c_mid_job_leaves_an_interrupted_run_not_a_green_one(repo_root, tmp_path, capsys):
+    """Ctrl-C during a job (a venv build, a payload): results.json is not left at "running, exit 0"."""
+    from mha_ci.jobs import runner
+
+    def interrupted_build(job, pipeline, executor, out_dir):
+        raise KeyboardInterrupt
+
+    runner.register("correctness", interrupted_build)
+    try:
+        code = main(["--root", str(repo_root), "run", "--job", JOB, "--executor", "host", "--out", str(tmp_path)])
+    finally:
+        runner.unregister("correctness")
+    assert code == ExitCode.INTERRUPTED == 130
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert (results["status"], results["exit_code"], results["interrupted_by"]) == ("interrupted", 130, "SIGINT")
+    assert "INTERRUPTED: exit 130 (interrupted (SIGINT))" in (tmp_path / "summary.md").read_text()
+    assert "interrupted (SIGINT): no verdict" in capsys.readouterr().err
