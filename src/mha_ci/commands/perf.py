@@ -10,8 +10,8 @@
     mha-ci perf combine   RUN.json RUN.json ... --out FILE
     mha-ci perf refresh   [--arch A] [--toolchain T ...] [--executor E] [--out D] [--always]
 
-Exit codes: compare/measure --interleave/--against 1 when the gate fails (a regression, or two documents
-that must not be compared); calibrate 1 when the gate misses a bar of perf.yaml's `calibration`
+Exit codes: compare/measure --interleave/--against 1 when the gate fails (a regression, a missing,
+failed, NaN or non-positive measurement, or two documents that must not be compared); calibrate 1 when the gate misses a bar of perf.yaml's `calibration`
 (or the runs must not be compared); 2 bad files or options; 3 no device or a pin mismatch.
 """
 from __future__ import annotations
