@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mha_ci.cli import main
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
 from mha_ci.model.loader import load_pipeline
 from mha_ci.perf.compare import GatePolicy
@@ -129,7 +130,7 @@ def test_nothing_moved_makes_no_branch_unless_asked(repo, scratch):
 
 
 @pytest.mark.parametrize("doc, exit_code, reason", [
-    (perf_doc("triton-3.4", stall={"us": 2100.0, "ratio": 4.2}), ExitCode.GATE_FAILED, "stalled (2100.0 us, 4.2x the median)"),
+    (perf_doc("triton-3.4", stall={"worst_us": 2100.0, "ratio": 4.2}), ExitCode.GATE_FAILED, "stalled (2100.0 us, 4.2x the median)"),
     (perf_doc("triton-3.4", noise=7.5), ExitCode.GATE_FAILED, "noise 7.5 % > refresh.max_noise_pct 5.0 %"),
     (perf_doc("triton-3.4", error_key=KEYS[1]), ExitCode.GATE_FAILED, "failed to run: launch failed"),
     (perf_doc("triton-3.4", subset="pr"), ExitCode.GATE_FAILED, "measured the 'pr' subset"),
@@ -156,7 +157,7 @@ def test_refuses_an_invalid_measurement_and_writes_nothing(repo, scratch, doc, e
 
 
 def test_reports_every_toolchains_problems_at_once(repo, scratch):
-    docs = {"triton-3.4": perf_doc("triton-3.4", noise=9.0), "triton-3.8": perf_doc("triton-3.8", stall={"us": 1, "ratio": 5})}
+    docs = {"triton-3.4": perf_doc("triton-3.4", noise=9.0), "triton-3.8": perf_doc("triton-3.8", stall={"worst_us": 1, "ratio": 5})}
     with pytest.raises(RefreshRefused) as refused:
         run(repo, docs, scratch)
     assert any(r.startswith("sm90/triton-3.4") for r in refused.value.reasons)
@@ -256,3 +257,21 @@ def test_a_torch_release_other_than_the_pin_is_no_refusal(repo, scratch):
     docs = {"triton-3.4": perf_doc("triton-3.4", means=(600.0, 1900.0),
                                    versions={"torch": "2.11.0+cu130", "triton": "3.4.0"})}
     assert run(repo, docs, scratch, toolchains=["triton-3.4"]).status == "committed"
+
+
+def test_refresh_refuses_a_working_tree_that_is_not_head(repo, scratch, capsys):
+    """Its baselines are stored as HEAD's: measuring uncommitted code would misattribute them."""
+    toolchains = repo / "pipelines" / "toolchains.yaml"
+    toolchains.write_text(toolchains.read_text() + "\n# an uncommitted edit\n")
+    code = main(["--root", str(repo), "perf", "refresh", "--arch", "sm90", "--executor", "host",
+                 "--out", str(scratch / "out")])
+    assert code == ExitCode.CONFIG_ERROR
+    assert "differs from HEAD in 1 tracked file(s) (pipelines/toolchains.yaml)" in capsys.readouterr().err
+
+
+def test_a_stall_seen_only_in_max_us_is_refused(repo, scratch):
+    doc = perf_doc("triton-3.4")
+    doc["results"][0]["stats"]["max_us"] = 500.0 * 5000      # no `stall` field, as another tool writes it
+    with pytest.raises(RefreshRefused) as refused:
+        run(repo, {"triton-3.4": doc}, scratch, toolchains=["triton-3.4"])
+    assert any("stalled (2500000.0 us, 5000.0x the median)" in r for r in refused.value.reasons), refused.value.reasons

@@ -10,8 +10,8 @@
     mha-ci perf combine   RUN.json RUN.json ... --out FILE
     mha-ci perf refresh   [--arch A] [--toolchain T ...] [--executor E] [--out D] [--always]
 
-Exit codes: compare/measure --interleave/--against 1 when the gate fails (a regression, or two documents
-that must not be compared); calibrate 1 when the gate misses a bar of perf.yaml's `calibration`
+Exit codes: compare/measure --interleave/--against 1 when the gate fails (a regression, a missing,
+failed, NaN or non-positive measurement, or two documents that must not be compared); calibrate 1 when the gate misses a bar of perf.yaml's `calibration`
 (or the runs must not be compared); 2 bad files or options; 3 no device or a pin mismatch.
 """
 from __future__ import annotations
@@ -274,9 +274,16 @@ def cmd_refresh(args) -> int:
     from mha_ci.commands.run import make_executor
     from mha_ci.model.loader import load_pipeline
     from mha_ci.perf.job import measure_full
+    from mha_ci.refresh.branch import uncommitted
     from mha_ci.refresh.core import refresh
 
     pipeline = load_pipeline(args.root)
+    # A baseline is stored as the measurement of HEAD: measuring other code would misattribute it.
+    changed = uncommitted(args.root)
+    if changed:
+        raise ConfigError(f"the working tree differs from HEAD in {len(changed)} tracked file(s) "
+                          f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); a baseline is measured "
+                          "from a commit: commit or stash them first")
     arch = args.arch or _local_arch(pipeline)
     out_dir = (args.out or args.root / "out" / "refresh").resolve()
     check_pins_option(args)

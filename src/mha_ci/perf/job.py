@@ -230,11 +230,15 @@ def run_job(job, pipeline, executor, out_dir: Path):
     result.details.update(summary=comparison.summary, refused=comparison.refused, notes=list(comparison.notes),
                           stalls=len(comparison.stalled), pins_checked=bool(prov.get("pins_checked")),
                           pin_mismatches=list(prov.get("pin_mismatches") or []),
-                          regressions=[v.key for v in comparison.shapes if v.status == "regression"][:50])
+                          regressions=[v.key for v in comparison.shapes if v.status == "regression"][:50],
+                          broken=[{"key": v.key, "reason": v.reason} for v in comparison.broken])
     # An unpinned side still gates (its numbers are real), but the verdict says so in its first words.
     unpinned = "UNPINNED: " if any(n.startswith("UNPINNED") for n in comparison.notes) else ""
     if comparison.gate_failed:
-        result.message = unpinned + (comparison.refused or f"perf gate failed: {report.tally_line(comparison)}")
+        causes = comparison.failures
+        result.message = unpinned + (comparison.refused or (
+            f"perf gate failed: {report.tally_line(comparison)}; " + "; ".join(causes[:3])
+            + (f"; {len(causes) - 3} more" if len(causes) > 3 else "")))
         return result
     result.verdict, result.exit_code = "pass", ExitCode.OK
     result.message = unpinned + report.tally_line(comparison)

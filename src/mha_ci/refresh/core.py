@@ -43,6 +43,7 @@ from mha_ci.perf.combine import roll
 from mha_ci.perf.compare import Comparison, GatePolicy, compare
 from mha_ci.perf.document import SCHEMA as PERF_SCHEMA
 from mha_ci.perf.document import check_perf
+from mha_ci.perf.stats import stall_from_summary
 from mha_ci.refresh import branch as git_branch
 from mha_ci.refresh import report
 
@@ -146,9 +147,10 @@ def measurement_problems(doc: dict, arch: Arch, toolchain: Toolchain, old: dict 
         if stats is None:
             bad.append(f"{where}: {key} failed to run: {entry.get('error')}")
             continue
-        if stats.get("stall"):
-            stall = stats["stall"]
-            detail = f" ({stall.get('us')} us, {stall.get('ratio')}x the median)" if isinstance(stall, dict) else ""
+        stall = stats.get("stall") or stall_from_summary(stats, policy.gate.stall_factor,
+                                                        policy.gate.stall_min_excess_us)
+        if stall:
+            detail = f" ({stall.get('worst_us')} us, {stall.get('ratio')}x the median)" if isinstance(stall, dict) else ""
             bad.append(f"{where}: {key} stalled{detail}")
         if stats["noise_pct"] > policy.max_noise_pct:
             bad.append(f"{where}: {key} noise {stats['noise_pct']:.1f} % > refresh.max_noise_pct "
