@@ -89,6 +89,16 @@ def collect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _gpus_given(variable: str) -> int:
+    """GPUs this runner may use: the entries of $variable, else every GPU torch sees."""
+    given = [d for d in os.environ.get(variable, "").split(",") if d.strip()]
+    if given:
+        return len(given)
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def run(args: argparse.Namespace) -> int:
     pins = pincheck.enforce_report()
     versions = pins["versions"]
@@ -111,6 +121,12 @@ def run(args: argparse.Namespace) -> int:
         os.environ["MHA_CI_KNOWN_FAILURES"] = str(out_path(args.known_failures).resolve())
     if args.visible_devices_env:
         os.environ["MHA_CI_VISIBLE_DEVICES_ENV"] = args.visible_devices_env
+        gpus = _gpus_given(args.visible_devices_env)
+        if gpus and args.workers > gpus:
+            # One GPU per worker: a runner with fewer GPUs than archs.yaml's `workers` runs fewer workers.
+            print(f"mha-ci: {gpus} GPU(s) here, so {gpus} xdist worker(s) instead of {args.workers}", file=sys.stderr)
+            args.workers = gpus
+        report["workers"] = args.workers
     pytest_args = ["-q", "-rfEX", "-p", "no:cacheprovider", f"--junitxml={junit}", "-o", "junit_family=xunit2",
                    "-p", "mha_ci.payloads.known_failures", "-p", "mha_ci.payloads.gpu_per_worker"]
     if args.workers > 1:
