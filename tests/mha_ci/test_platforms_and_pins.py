@@ -203,3 +203,30 @@ def test_committed_sm90_baselines_pass_the_refresh_checks(pipeline, toolchain):
     # and without --pins record it is refused as unpinned, never taken silently
     _, strict = measurement_problems(doc, arch, tc, doc, RefreshPolicy.from_pipelines(REPO))
     assert any("unpinned measurement" in m for m in strict)
+
+
+def test_an_unpinned_note_leads_with_torch_and_counts_the_rest():
+    mismatches = [f"toolchain t pins pkg{i}==1 but the environment has pkg{i} 2" for i in range(5)]
+    mismatches.append("toolchain t pins torch==2.8.0 but the environment has torch 2.11.0")
+    note = comparable.unpinned_summary(mismatches)
+    assert note.startswith("toolchain t pins torch==2.8.0") and note.endswith("and 3 more pin(s) differ")
+
+
+class _Props:
+    name, gcnArchName, multi_processor_count, total_memory = "NVIDIA H200", "NVIDIA H200", 132, 2**37
+
+
+class _CudaTorch:
+    """What torch 2.11.0+cu130 reports on the H200: gcnArchName holds the GPU's name."""
+    class version:
+        cuda, hip = "13.0", None
+
+    class cuda:
+        get_device_properties = staticmethod(lambda i: _Props())
+        get_device_capability = staticmethod(lambda i: (9, 0))
+
+
+def test_a_cuda_gpus_arch_comes_from_its_compute_capability():
+    from mha_ci.perf.provenance import device_facts
+    facts = device_facts(_CudaTorch, "cuda")
+    assert facts["arch"] == "sm90" and facts["gpu"] == "NVIDIA H200"

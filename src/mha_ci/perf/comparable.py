@@ -51,6 +51,15 @@ def notes(base: dict, cand: dict) -> list[str]:
             found.append(f"{what} differs: baseline {base.get(name)!r}, candidate {cand.get(name)!r}")
     for side, p in (("baseline", base), ("candidate", cand)):
         if not p.get("pins_checked"):
-            why = "; ".join(p.get("pin_mismatches") or []) or "pins not checked"
-            found.append(f"UNPINNED {side}: {why}")
+            found.append(f"UNPINNED {side}: {unpinned_summary(p.get('pin_mismatches') or [])}")
     return found
+
+
+def unpinned_summary(mismatches: list[str], shown: int = 3) -> str:
+    """The pins that matter most first (torch, triton, numpy), then how many more differ."""
+    if not mismatches:
+        return "pins not checked"
+    key = ("pins torch==", "pins triton==", "pins numpy==")
+    ordered = sorted(mismatches, key=lambda m: next((i for i, k in enumerate(key) if k in m), len(key)))
+    more = len(ordered) - shown
+    return "; ".join(ordered[:shown]) + (f"; and {more} more pin(s) differ" if more > 0 else "")

@@ -64,9 +64,9 @@ def device_facts(torch, device: str) -> dict:
         return {"gpu": None, "arch": "cpu", "device": "cpu", "cpu": platform.processor() or platform.machine(),
                 "cuda": None, "hip": None}
     props = torch.cuda.get_device_properties(0)
+    # CUDA builds of torch also carry gcnArchName, holding the GPU's name: read it on ROCm only.
     if getattr(torch.version, "hip", None):
         arch = (getattr(props, "gcnArchName", "") or "").split(":")[0] or None
-    # CUDA builds of torch also carry gcnArchName, holding the GPU's name: never read it there.
     else:
         major, minor = torch.cuda.get_device_capability(0)
         arch = f"sm{major}{minor}"

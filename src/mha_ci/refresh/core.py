@@ -132,7 +132,7 @@ def measurement_problems(doc: dict, arch: Arch, toolchain: Toolchain, old: dict 
     if comparable.release(versions.get("triton")) != comparable.release(pinned):
         mismatch.append(f"{where}: triton {versions.get('triton')!r} measured, {pinned!r} pinned in {toolchain.lock.name}")
     if not prov.get("pins_checked") and not allow_unpinned:
-        why = "; ".join(prov.get("pin_mismatches") or []) or "pins not checked"
+        why = comparable.unpinned_summary(prov.get("pin_mismatches") or [])
         mismatch.append(f"{where}: an unpinned measurement ({why}) does not refresh a baseline unless the refresh "
                         "is run with --pins record, which marks the baseline unpinned")
     if old is not None:
