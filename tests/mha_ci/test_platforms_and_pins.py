@@ -230,3 +230,17 @@ def test_a_cuda_gpus_arch_comes_from_its_compute_capability():
     from mha_ci.perf.provenance import device_facts
     facts = device_facts(_CudaTorch, "cuda")
     assert facts["arch"] == "sm90" and facts["gpu"] == "NVIDIA H200"
+
+
+def test_a_pinned_refresh_of_an_unpinned_baseline_stays_unpinned_while_that_run_is_kept():
+    from mha_ci.perf.combine import roll
+    method = {"warmup": 10, "dispatches": 40, "reps": 5, "trim": [10, 10]}
+    stats = {"trimmed_mean_us": 100.0, "median_us": 100.0, "max_us": 101.0, "noise_pct": 1.0, "reps": 5,
+             "dispatches": 40}
+    doc = lambda prov: {"schema": "mha-ci.perf/1", "provenance": prov, "method": method,
+                        "results": [{"key": "k", "stats": dict(stats)}], "selection": {"subset": "full"}}
+    old = doc(_prov(pins_checked=False, pin_mismatches=["torch"]))
+    rolled, reset = roll(old, doc(_prov()), window=2)
+    assert reset is None and rolled["provenance"]["pins_checked"] is False
+    again, _ = roll(rolled, doc(_prov()), window=2)          # the unpinned run has left the window
+    assert again["provenance"]["pins_checked"] is True
