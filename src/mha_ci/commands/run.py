@@ -14,6 +14,7 @@ fails the run (exit 3) only when it was asked for by name with --job.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -34,6 +35,9 @@ def register(sub) -> None:
     p.add_argument("--job", dest="jobs", action="append", metavar="ID", help="run this job (repeatable)")
     p.add_argument("--executor", choices=EXECUTORS, default="venv", help="where payloads run (default: venv)")
     add_pins_option(p)
+    p.add_argument("--select", action="append", metavar="GLOB",
+                   help="correctness jobs run only the collected tests whose node id matches GLOB (fnmatch, "
+                        "repeatable): a narrowed local check; every verdict names the selection")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: <root>/out)")
     p.add_argument("--labels", help="comma-separated pull-request labels")
     p.add_argument("--changed-files", type=Path, help="file listing changed paths, one a line")
@@ -48,6 +52,9 @@ def handle(args) -> int:
     from mha_ci.plan.policy import plan
 
     check_pins_option(args)
+    if args.select:
+        from mha_ci.jobs.correctness.job import SELECT_ENV
+        os.environ[SELECT_ENV] = ",".join(args.select)
     pipeline = load_pipeline(args.root)
     event = build_event(kind=args.event, github_event=args.github_event, changed_files=args.changed_files,
                         labels=args.labels)

@@ -16,6 +16,7 @@ durations of every shard of the run merged: what the nightly refresh stores).
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -35,6 +36,16 @@ DEFAULT_TIMEOUT_S = 3600.0
 
 def durations_file(root: Path, arch: str) -> Path:
     return root / "perf_baselines" / "test_durations" / f"{arch}.json"
+
+
+# `mha-ci run --select GLOB` narrows the correctness jobs to the collected tests whose node id
+# matches one of these fnmatch patterns (comma-separated): a quick local check, never a full one,
+# so the verdict names the selection.
+SELECT_ENV = "MHA_CI_SELECT"
+
+
+def selection_patterns() -> list[str]:
+    return [p.strip() for p in os.environ.get(SELECT_ENV, "").split(",") if p.strip()]
 
 
 def run_job(job: Job, pipeline, executor: Executor, out_dir: Path) -> JobResult:
@@ -68,6 +79,14 @@ def run_job(job: Job, pipeline, executor: Executor, out_dir: Path) -> JobResult:
     if not tests:
         result.message = f"no tests collected in {TESTS_DIR}: a shard with no result is a failure"
         return _finish(result, started)
+    patterns = selection_patterns()
+    if patterns:
+        chosen = [t for t in tests if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
+        result.details["selection"] = {"patterns": patterns, "selected": len(chosen), "collected": len(tests)}
+        if not chosen:
+            result.message = f"no collected test matches {SELECT_ENV}={','.join(patterns)}: no result"
+            return _finish(result, started)
+        tests = chosen
 
     # 2. shard
     recorded_path = durations_file(pipeline.root, arch.name)
@@ -142,6 +161,9 @@ def run_job(job: Job, pipeline, executor: Executor, out_dir: Path) -> JobResult:
 
 def _finish(result: JobResult, started: float) -> JobResult:
     result.timings["total"] = round(time.monotonic() - started, 3)
+    chosen = result.details.get("selection")
+    if chosen and result.message:
+        result.message += f" (SELECTION: {chosen['selected']} of {chosen['collected']} collected tests)"
     return result
 
 
