@@ -11,8 +11,8 @@ from mha_ci.perf.compare import compare
 from mha_ci.perf.config import gate_policy, load_perf_file
 from mha_ci.perf.document import load_perf
 
-ROOT = Path(__file__).resolve().parents[2]
-H = ROOT / "perf_baselines" / "h200"
+ROOT = Path(__file__).resolve().parents[3]
+H = ROOT / "docs" / "perf-study" / "h200"
 LEASES = {"L3": ["run3/perf-3.6-full-a.json", "run3/perf-3.6-full-b.json"],
           "L4": ["run4/perf-3.6-full-a-gpu0.json", "run4/perf-3.6-full-a-gpu1.json"],
           "L5": ["run5/perf-3.6-full-a-gpu0.json"]}
