@@ -8,7 +8,7 @@ BIN     := $(VENV)/bin
 MHA_CI  := $(BIN)/mha-ci
 OUT     ?= out
 STAMP   := $(VENV)/.installed-$(shell cat requirements-dev.lock pyproject.toml | sha256sum | cut -c1-12)
-# ld.lld 19 links Triton 3.4's AMD code objects (FACTS.md: Debian's default lld 14 cannot).
+# ld.lld 19 links Triton 3.4's AMD code objects (docs/facts.md: Debian's default lld 14 cannot).
 LLD     := /usr/lib/llvm-19/bin/ld.lld
 export TRITON_HIP_LLD_PATH ?= $(LLD)
 # Toolchain environments, compile caches and image build contexts live here (CI may cache it).
