@@ -1,5 +1,5 @@
 #!/bin/bash
-# H200 x2, run 2a (Triton 3.4.0 bundle). Sent with the device tool as
+# H200 x2, run 2a (Triton 3.4.0 bundle). Run on the GPU machine as
 #   bash docs/perf-study/h200/run2a.sh   carry: [.bundles34, perf_inputs]   kind: nvidia-h200-x2
 # Unpacks 3.4 into /tmp/t34 (kept for run 2b while the machine stays warm), runs the kernel tests
 # under 3.4 on GPU0, and on GPU1 the code-object proof against sm90 records compiled on the
