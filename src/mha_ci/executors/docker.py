@@ -4,7 +4,7 @@ What the container sees of the host, and why:
 - the checkout, read-only, and the job's output folder, writable, each at the SAME absolute
   path as on the host. Arguments, PYTHONPATH, pytest node ids and any path a payload writes
   into its results are then byte-for-byte what the venv executor gives, so a job's verdict and
-  checksums do not depend on the executor (DESIGN.md). Nothing else of the host is mounted.
+  checksums do not depend on the executor (docs/architecture.md, Executors). Nothing else of the host is mounted.
 - no network: payloads need none, and none means results cannot depend on it.
 - only the variables of PayloadRun.env, plus PYTHONPATH and HOME (the image's own ENV, e.g.
   TRITON_HIP_LLD_PATH, stays).

@@ -27,7 +27,7 @@ PASSTHROUGH = (
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM",
     # which GPUs this runner was given (a CI runner may own a subset of the host's GPUs)
     "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-    # Triton 3.4 links AMD code objects with an external ld.lld (FACTS.md); cache location
+    # Triton 3.4 links AMD code objects with an external ld.lld (docs/facts.md); cache location
     "TRITON_HIP_LLD_PATH", "TRITON_CACHE_DIR",
 )
 

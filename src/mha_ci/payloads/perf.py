@@ -36,9 +36,10 @@ adds a spin kernel of 5 % of the shape's warm-up median inside every timed dispa
 attention kernel); MHA_PERF_PLANT_KEYS=glob,glob limits it to matching keys. The percentage
 is recorded in the provenance and per result, so a planted run is never mistaken for a
 baseline. Each planted spin is one extra launch; its fixed cost on a full queue (launch gap and
-kernel start: 1.5-1.6 us behind a kernel on the H200) is measured once per process and taken
+kernel start, about 1.5 us behind a kernel on an H200) is measured once per process and taken
 off the spin; on shapes where that cost alone exceeds the planted amount (under ~32 us at 5 %)
-the slowdown overshoots (the calibrate report shows the realised delta).
+the slowdown overshoots (the calibrate report shows the realised delta). How the plant is sized,
+and the measurements behind each choice: docs/perf-method.md, "Planted slowdowns".
 
 Interleaving (`--lockstep DIR:a` and `--lockstep DIR:b`, two processes, usually two
 toolchains, on one GPU): the two take turns shape by shape in ABBA order; see
@@ -163,10 +164,8 @@ class CudaTimer:
         so it is measured on first use.
 
         Measured the way the plant runs: a spin launched right behind a real kernel, where its
-        launch overlaps the kernel's tail: 1.50-1.63 us on the H200 (run 7). Measured between
-        two bare events instead it read 2.05 us, and a plant sized with that realised 3.2 %
-        instead of 5 % on 70 us shapes and nothing at all on shapes under 41 us (run 5,
-        calibration/planted5-run5)."""
+        launch overlaps the kernel's tail. Between two bare events the cost reads higher, and a
+        plant sized with that undershoots, most on the shortest shapes (docs/perf-method.md)."""
         torch = self.torch
         n = 200
         buf = torch.empty(1 << 20, dtype=torch.float32, device="cuda")
@@ -272,16 +271,16 @@ def measure_shape(torch, timer, call, method: Method, plant_pct: float) -> tuple
     plant_base_us, plant_gap_us, plant_us = estimate, 0.0, 0.0
     if plant_pct > 0:
         # The planted amount is a share of the dispatch as the reps time it: one unplanted pilot
-        # rep on a full queue. (The warm-up median also holds the host's launch latency: based
-        # on it, a 5 % plant realised a median 9.1 % over the planted shapes, run 4.) The spin
-        # is a second launch whose fixed cost the timer measured once; it comes off the spin.
-        # Not corrected per shape by a planted pilot rep: tried in run 8, the first rep after
-        # the warm-up often runs faster than the later ones (the clocks have not settled), so
-        # the correction removed whole plants (9-11 shapes realised under 3 %, against 1-4
-        # open-loop in run 7).
+        # rep on a full queue (the warm-up median also holds the host's launch latency, so a
+        # plant sized on it overshoots). The spin is a second launch whose fixed cost the timer
+        # measured once; it comes off the spin.
+        # Not corrected per shape by a planted pilot rep: the first rep after the warm-up often
+        # runs faster than the later ones (the clocks have not settled), so such a correction
+        # shrinks or removes whole plants.
         # A planted shape always gets its spin, even where the fixed cost alone exceeds the
         # planted amount (it then overshoots): a spin sized to nothing would leave the shape
-        # unplanted while calibrate counts it as planted (run 5 did that to 17 shapes).
+        # unplanted while calibrate counts it as planted.
+        # The measurements behind each of these: docs/perf-method.md, "Planted slowdowns".
         plant_base_us = statistics.median(timer.rep(call, n, hold_us, 0.0))
         plant_gap_us = timer.spin_cost_us
         plant_us = max(MIN_PLANT_US, plant_base_us * plant_pct / 100.0 - plant_gap_us)

@@ -1,17 +1,16 @@
 """A baseline from several runs of one build, carrying how much a shape moves between runs.
 
 Why: a stored baseline is judged against a candidate measured on another day, often on another
-machine of the pool. On the H200s, two runs in one lease agreed on all 231 shapes, but runs of
-different leases disagreed by up to 5 % on a few shapes (8192^2 d192 prefill, sk 8192 decode,
-b32 sq256 small-head), far beyond their within-run noise (perf_baselines/h200/README.md, run 3-5).
-The within-run noise (spread of rep means in one process) cannot see that, so the gate called
-those shapes regressions.
+machine of the pool. A few shapes move between machines and processes by several per cent, far
+beyond their within-run noise (docs/perf-method.md, "Noise between runs and machines"). The
+within-run noise (spread of rep means in one process) cannot see that, so a single-run baseline
+makes the gate call those shapes regressions.
 
 `roll` does the same for the nightly refresh: the new run joins the last runs kept in the stored
 baseline (a window of `refresh.history_runs`, pipelines/perf.yaml), so the spread keeps being
 measured night after night instead of being reset to one run's view.
 
-`combine` takes N >= 2 runs of one toolchain on one GPU model (ideally from different leases)
+`combine` takes N >= 2 runs of one toolchain on one GPU model (ideally from different machines or days)
 and writes one mha-ci.perf/1 document: per shape the median of the runs' trimmed means, and
 `between_run_noise_pct`, the sample standard deviation of the runs' trimmed means in percent
 of their mean. The gate (mha_ci.perf.compare) takes the larger of a baseline shape's within-run

@@ -152,7 +152,7 @@ class TestShapeSpec(_Strict):
 
 
 class WorkloadsFile(_Strict):
-    # `model_shapes` is the source tag of WORKLOADS.md; pydantic reserves "model_" by default.
+    # `model_shapes` is the source tag of docs/workloads.md; pydantic reserves "model_" by default.
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
 
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"

@@ -1,6 +1,6 @@
 """Reading and writing `mha-ci.perf/1` documents (perf results and stored baselines).
 
-Layout (DESIGN.md, fixed; fields beyond these are additions):
+Layout (docs/architecture.md, Stored formats, fixed; fields beyond these are additions):
 {
   "schema": "mha-ci.perf/1",
   "provenance": {"gpu", "arch", "driver", "toolchain", "versions": {...}, "executor",

@@ -106,9 +106,9 @@ def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, re
 def measure_repeated(executor, pipeline, toolchain: str, arch: str, out_dir: Path, rel: str, repeat: int,
                      kernel: str = "mha", log_prefix: str = "perf") -> dict:
     """The payload `repeat` times, each its own process, combined (mha_ci.perf.combine) into
-    out_dir/rel/perf.json: per shape the median run and the spread between runs. On the H200
-    about one shape in ten moves by 3-10 % from one process to the next while its within-run
-    noise stays near 0.2 % (perf_baselines/h200/README.md): one process can land on either side."""
+    out_dir/rel/perf.json: per shape the median run and the spread between runs. Some shapes move
+    by several per cent from one process to the next while their within-run noise stays far
+    smaller (docs/perf-method.md): one process can land on either side."""
     from mha_ci.perf.combine import combine
     from mha_ci.perf.config import gate_policy, load_perf_file
 

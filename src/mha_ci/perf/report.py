@@ -2,7 +2,7 @@
 
 Every number shown is a field of the comparison JSON (`Comparison.to_dict()`), which in turn
 comes from the two mha-ci.perf/1 documents; the shape key heads every row so a reader can
-find it there. The layout of the table follows the reference study of WORKLOADS.md
+find it there. The layout of the table follows the reference study of docs/workloads.md
 (M, N, K, d_v, HQ/HK, TP, layout, bucket, baseline, candidate, delta %, status, source tag).
 """
 from __future__ import annotations
