@@ -48,6 +48,18 @@ def selection_patterns() -> list[str]:
     return [p.strip() for p in os.environ.get(SELECT_ENV, "").split(",") if p.strip()]
 
 
+def _selected(tests: list[str], result: JobResult) -> list[str]:
+    """The tests `mha-ci run --select` keeps (all without it); records the selection in `result`."""
+    patterns = selection_patterns()
+    if not patterns:
+        return tests
+    chosen = [t for t in tests if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
+    result.details["selection"] = {"patterns": patterns, "selected": len(chosen), "collected": len(tests)}
+    if not chosen:
+        result.message = f"no collected test matches {SELECT_ENV}={','.join(patterns)}: no result"
+    return chosen
+
+
 def run_job(job: Job, pipeline, executor: Executor, out_dir: Path) -> JobResult:
     started = time.monotonic()
     arch = pipeline.archs[job.arch]
@@ -79,14 +91,9 @@ def run_job(job: Job, pipeline, executor: Executor, out_dir: Path) -> JobResult:
     if not tests:
         result.message = f"no tests collected in {TESTS_DIR}: a shard with no result is a failure"
         return _finish(result, started)
-    patterns = selection_patterns()
-    if patterns:
-        chosen = [t for t in tests if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
-        result.details["selection"] = {"patterns": patterns, "selected": len(chosen), "collected": len(tests)}
-        if not chosen:
-            result.message = f"no collected test matches {SELECT_ENV}={','.join(patterns)}: no result"
-            return _finish(result, started)
-        tests = chosen
+    tests = _selected(tests, result)
+    if not tests:
+        return _finish(result, started)
 
     # 2. shard
     recorded_path = durations_file(pipeline.root, arch.name)
