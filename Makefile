@@ -8,13 +8,13 @@ BIN     := $(VENV)/bin
 MHA_CI  := $(BIN)/mha-ci
 OUT     ?= out
 STAMP   := $(VENV)/.installed-$(shell cat requirements-dev.lock pyproject.toml | sha256sum | cut -c1-12)
-# ld.lld 19 links Triton 3.4's AMD code objects (FACTS.md: Debian's default lld 14 cannot).
+# ld.lld 19 links Triton 3.4's AMD code objects (docs/facts.md: Debian's default lld 14 cannot).
 LLD     := /usr/lib/llvm-19/bin/ld.lld
 export TRITON_HIP_LLD_PATH ?= $(LLD)
 # Toolchain environments, compile caches and image build contexts live here (CI may cache it).
 export MHA_CI_CACHE ?= $(CURDIR)/.cache/mha-ci
 
-.PHONY: setup system-deps docker-setup ci test test-fast test-runner test-docker validate plan checksums perf containers nightly export durations clean
+.PHONY: setup system-deps docker-setup ci lint test test-fast test-runner test-docker validate plan checksums perf containers nightly export durations clean
 
 $(STAMP): requirements-dev.lock pyproject.toml
 	rm -rf $(VENV)
@@ -48,6 +48,10 @@ plan: $(STAMP)
 ci: setup
 	$(MHA_CI) run --event pull_request --out $(OUT)/ci
 
+# ruff check over src/ and tests/ (config in pyproject.toml). Check only, no autoformat.
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+
 # Unit tests only (no toolchain environments, no docker): seconds.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/mha_ci -q -m "not slow and not docker"
@@ -60,9 +64,10 @@ test-runner: setup
 test-docker: setup containers
 	$(BIN)/python -m pytest tests/mha_ci -q -ra -m docker --durations=10
 
-# Every test: the runner's own, the docker ones, then the kernel tests of tests/mha in both
-# pinned toolchains through the pull-request pipeline (interpreter correctness + checksums).
-test: test-runner test-docker ci
+# Every test: lint first (seconds), then the runner's own, the docker ones, then the kernel tests
+# of tests/mha in both pinned toolchains through the pull-request pipeline (interpreter
+# correctness + checksums).
+test: lint test-runner test-docker ci
 
 checksums: setup
 	$(MHA_CI) checksums verify --out $(OUT)/checksums

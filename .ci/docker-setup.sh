@@ -21,7 +21,7 @@ install_packages() {
     local missing=()
     command -v dockerd >/dev/null || missing+=(docker.io)
     command -v debootstrap >/dev/null || missing+=(debootstrap)
-    # lld-19: Triton 3.4's AMD linking in the host (venv) checksums job (FACTS.md)
+    # lld-19: Triton 3.4's AMD linking in the host (venv) checksums job (docs/facts.md)
     command -v ld.lld-19 >/dev/null || missing+=(lld-19)
     if ((${#missing[@]})); then
         apt-get update -qq

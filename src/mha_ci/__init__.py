@@ -1,3 +1,3 @@
-"""mha-ci: plans and runs the jobs that guard the mha kernels (see DESIGN.md for the data flow)."""
+"""mha-ci: plans and runs the jobs that guard the mha kernels (see docs/architecture.md for the data flow)."""
 
 __version__ = "0.1.0"

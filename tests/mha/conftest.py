@@ -17,7 +17,7 @@ HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-BF16_ON_CPU = "the Triton interpreter cannot do bf16 (tl.dot multiplies bit patterns, FACTS.md)"
+BF16_ON_CPU = "the Triton interpreter cannot do bf16 (tl.dot multiplies bit patterns, docs/facts.md)"
 
 
 @pytest.fixture(scope="session")

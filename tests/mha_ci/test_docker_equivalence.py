@@ -1,4 +1,4 @@
-"""A job gives the same verdict and the same checksums whatever executor ran it (DESIGN.md):
+"""A job gives the same verdict and the same checksums whatever executor ran it (docs/architecture.md):
 docker against venv, for one correctness shard and a sample of the checksum job of each
 toolchain. Real dockerd and real toolchains (markers `docker` and `slow`).
 

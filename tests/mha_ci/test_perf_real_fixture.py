@@ -1,4 +1,4 @@
-"""The statistics on real per-dispatch timings from the H200 (perf_baselines/h200/run1.sh,
+"""The statistics on real per-dispatch timings from the H200 (docs/perf-study/h200/run1.sh,
 Triton 3.6.0, run perf-3.6-full-b; four shapes kept): recomputing from the raw dispatches must
 give the numbers the payload reported there, and the stall it saw must be flagged."""
 import json
@@ -44,7 +44,7 @@ def test_real_stall_is_flagged_with_its_size(results):
 
 
 def test_quiet_dense_shapes_keep_trimmed_mean_near_median(results):
-    # FACTS.md: the middle-80 % trimmed mean sat within about 1 % of the median on the H200.
+    # docs/facts.md: the middle-80 % trimmed mean sat within about 1 % of the median on the H200.
     for key in ("dense_b1_hq64_hk8_sq8192_sk8192_dqk128_dv128_c1", "dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1"):
         s = results[key]
         assert abs(s["trimmed_mean_us"] - s["median_us"]) / s["median_us"] < 0.01, key

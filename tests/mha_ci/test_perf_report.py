@@ -17,7 +17,7 @@ STALL = {"count": 1, "worst_us": 1_640_000.0, "ratio": 4205.1, "rep": 3, "index"
 
 
 def reference_comparison():
-    """The four reference shapes of WORKLOADS.md, golden 3.4 vs 3.8 before the retune."""
+    """The four reference shapes of docs/workloads.md, golden 3.4 vs 3.8 before the retune."""
     base = doc([entry(KEYS[0], 338.2, tags=("test",), tp=()), entry(KEYS[1], 4547.6, tags=("model_shapes", "bench")),
                 entry(KEYS[2], 333.0, tags=("model_shapes",), tp=(8,)), entry(KEYS[3], 2678.4)])
     cand = doc([entry(KEYS[0], 1030.4, stall=STALL, tags=("test",), tp=()), entry(KEYS[1], 4944.0),

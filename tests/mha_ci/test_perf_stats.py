@@ -73,7 +73,7 @@ def test_fixture_recomputed_matches_facts_shape():
     by_key = {r["key"]: r["stats"] for r in doc["results"]}
     assert len(by_key) == len(dump["shapes"])
     for key, s in by_key.items():
-        # FACTS.md: the middle-80 % trimmed mean sits within about 1 % of the median
+        # docs/facts.md: the middle-80 % trimmed mean sits within about 1 % of the median
         assert abs(s["trimmed_mean_us"] - s["median_us"]) / s["median_us"] < 0.02, key
         assert s["reps"] == 6 and s["dispatches"] >= 10
     stalled = {k: s["stall"] for k, s in by_key.items() if s["stall"]}

@@ -41,7 +41,7 @@ def test_visible_pairs_bottom_right_causal_and_window():
 def test_full_set_size_dedup_and_tags(repo_root, workloads):
     raw = raw_shapes(load_workloads_file(repo_root))
     keys = [w.key for w in workloads]
-    assert len(keys) == len(set(keys)) == 231            # ~240 of WORKLOADS.md; see the report
+    assert len(keys) == len(set(keys)) == 231            # ~240 in the study; docs/workloads.md
     assert len(raw) > len(workloads)                     # duplicates were merged
     by_key = {w.key: w for w in workloads}
     # Llama3-8B and Mixtral-8x7B share every shape: one entry, both models among its origins

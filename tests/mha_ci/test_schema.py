@@ -62,7 +62,7 @@ def test_checked_in_pipeline_loads(repo_root):
     assert pipeline.toolchains["triton-3.8"].role == "top-of-tree"
     assert pipeline.toolchains["triton-3.4"].pins["triton"] == "3.4.0"
     assert pipeline.toolchains["triton-3.8"].pins["triton"] == "3.8.0"
-    assert pipeline.toolchains["triton-3.4"].pins["numpy"] == "2.2.6"     # < 2.3, FACTS.md
+    assert pipeline.toolchains["triton-3.4"].pins["numpy"] == "2.2.6"     # < 2.3, docs/facts.md
     assert pipeline.toolchains["triton-3.4"].lock == repo_root / "containers/triton-3.4/requirements.lock"
     assert list(pipeline.archs) == ["gfx942", "gfx950", "sm90", "interpreter"]
     assert pipeline.archs["sm90"].compile_target == ("cuda", 90, 32)

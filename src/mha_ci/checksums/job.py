@@ -84,7 +84,8 @@ def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Execu
     out_file = Path(out_dir) / relative
     if out_file.exists():
         out_file.unlink()          # never read a previous run's file as this run's result
-    result = executor.run(PayloadRun(module="checksums", args=tuple(args), toolchain=toolchain,
+    # Ahead-of-time compiles need no device: whatever the targets, they run in the cpu environment.
+    result = executor.run(PayloadRun(module="checksums", args=tuple(args), toolchain=toolchain.on("cpu"),
                                      arch=job_arch or targets[0], out_dir=Path(out_dir),
                                      timeout_s=PAYLOAD_TIMEOUT_S, log_prefix=f"checksums {toolchain.name}"))
     if result.error or result.timed_out or not out_file.is_file() or result.exit_code not in (0, 1):

@@ -92,13 +92,14 @@ def content_digest(spec: ImageSpec, base_image_id: str = "",
 
 
 def image_spec(container_dir: Path, toolchain: str, platform: str,
-               build_args: dict[str, str] | None = None) -> ImageSpec | None:
-    """The spec for containers/<toolchain>/Dockerfile.<platform>, or None if there is none."""
+               build_args: dict[str, str] | None = None, lock: Path | None = None) -> ImageSpec | None:
+    """The spec for containers/<toolchain>/Dockerfile.<platform>, or None if there is none.
+    `lock`: the platform's lock (Toolchain.on(platform).lock); default requirements.lock."""
     dockerfile = container_dir / f"Dockerfile.{platform}"
     if not dockerfile.is_file():
         return None
     return ImageSpec(toolchain=toolchain, platform=platform, dockerfile=dockerfile,
-                     lock=container_dir / "requirements.lock", build_args=dict(build_args or {}))
+                     lock=lock or container_dir / "requirements.lock", build_args=dict(build_args or {}))
 
 
 def discover(containers_root: Path) -> list[ImageSpec]:

@@ -4,7 +4,7 @@ What the container sees of the host, and why:
 - the checkout, read-only, and the job's output folder, writable, each at the SAME absolute
   path as on the host. Arguments, PYTHONPATH, pytest node ids and any path a payload writes
   into its results are then byte-for-byte what the venv executor gives, so a job's verdict and
-  checksums do not depend on the executor (DESIGN.md). Nothing else of the host is mounted.
+  checksums do not depend on the executor (docs/architecture.md, Executors). Nothing else of the host is mounted.
 - no network: payloads need none, and none means results cannot depend on it.
 - only the variables of PayloadRun.env, plus PYTHONPATH and HOME (the image's own ENV, e.g.
   TRITON_HIP_LLD_PATH, stays).
@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 from mha_ci.containers.engine import BuildFailed, connect, ensure_image, expected_tag
-from mha_ci.containers.images import PLATFORM_FOR_DEVICE, image_spec
+from mha_ci.containers.images import image_spec
 from mha_ci.errors import EnvironmentProblem
 from mha_ci.executors.base import Executor, PayloadResult, PayloadRun
 from mha_ci.executors.local_process import PAYLOAD_ENVIRONMENT_EXIT, payload_environment
@@ -126,9 +126,9 @@ class DockerExecutor(Executor):
         return self._client
 
     def image_for(self, payload: PayloadRun):
-        platform = PLATFORM_FOR_DEVICE.get(payload.arch.device)
-        spec = platform and image_spec(payload.toolchain.container_dir, payload.toolchain.name,
-                                       platform)
+        platform = payload.toolchain.platform
+        spec = image_spec(payload.toolchain.container_dir, payload.toolchain.name, platform,
+                          lock=payload.toolchain.lock)
         if spec is None:
             raise EnvironmentProblem(
                 f"no image for {payload.toolchain.name} on {payload.arch.name}: "

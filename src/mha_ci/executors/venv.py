@@ -55,10 +55,18 @@ class VenvExecutor(Executor):
 
     # ----------------------------------------------------------------- environments
     def env_path(self, toolchain: Toolchain) -> Path:
-        return self.venvs / f"{toolchain.name}-{lock_digest(toolchain.lock)[:12]}"
+        # The cpu environments keep their historical names, so existing caches stay valid.
+        platform = "" if toolchain.platform == "cpu" else f"-{toolchain.platform}"
+        return self.venvs / f"{toolchain.name}{platform}-{lock_digest(toolchain.lock)[:12]}"
 
     def ensure_env(self, toolchain: Toolchain) -> Path:
         """The toolchain's environment, built first if it does not exist yet."""
+        if toolchain.installs_only:
+            raise EnvironmentProblem(
+                f"toolchain {toolchain.name} on {toolchain.platform} installs only "
+                f"{', '.join(toolchain.installs_only)} over a base image that brings the rest (torch for "
+                f"{toolchain.platform} is not on PyPI): run this job with --executor docker, or --executor "
+                "host inside such an environment")
         if not toolchain.lock.is_file():
             raise EnvironmentProblem(f"toolchain {toolchain.name}: lock file {toolchain.lock} does not exist")
         target = self.env_path(toolchain)
@@ -107,7 +115,7 @@ class VenvExecutor(Executor):
                 self._step([str(temp / "bin" / "python"), "-m", "pip", "install", "--no-input",
                             "--require-hashes", "--no-deps", "-r", str(toolchain.lock)], log, log_path, toolchain)
             (temp / MARKER).write_text(json.dumps({
-                "toolchain": toolchain.name, "lock": str(toolchain.lock), "lock_sha256": lock_digest(toolchain.lock),
+                "toolchain": toolchain.name, "platform": toolchain.platform, "lock": str(toolchain.lock), "lock_sha256": lock_digest(toolchain.lock),
                 "base_python": self.base_python, "base_python_version": self._base_version(),
                 "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }, indent=2) + "\n")

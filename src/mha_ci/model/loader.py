@@ -19,10 +19,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 from mha_ci.errors import ConfigError
 from mha_ci.model import schema
-from mha_ci.model.lockfile import read_pins
+from mha_ci.model.lockfile import normalise, read_pins
 from mha_ci.model.pipeline import (ARCH_PLACEHOLDER, EventRules, KindMatrix, LabelRule, PathRule,
                                    Pipeline, Selection, Triggers)
-from mha_ci.model.types import EVENT_KINDS, JOB_KINDS, Arch, KnownFailure, ResourceLimits, Toolchain
+from mha_ci.model.types import (EVENT_KINDS, JOB_KINDS, Arch, KnownFailure, PlatformEnvironment, ResourceLimits,
+                                Toolchain)
 from mha_ci.model.yaml_source import closest, line_of, load_yaml, validate
 
 PIPELINE_FILES = ("toolchains.yaml", "archs.yaml", "jobs.yaml", "triggers.yaml", "known_failures.yaml")
@@ -85,20 +86,37 @@ def load_pipeline(root: Path) -> Pipeline:
 def _load_toolchains(source: _Source, root: Path) -> dict[str, Toolchain]:
     toolchains = {}
     for name, spec in source.spec.toolchains.items():
-        loc = ("toolchains", name, "lock")
-        lock = root / spec.lock
-        if not lock.is_file():
-            raise source.error(loc, f"lock file {spec.lock} not found (looked for {lock})")
-        try:
-            pins = read_pins(lock)
-        except ValueError as exc:
-            raise source.error(loc, f"bad lock file: {exc}") from None
-        missing = [pin for pin in REQUIRED_PINS if pin not in pins]
-        if missing:
-            raise source.error(loc, f"lock file {spec.lock} pins no {', '.join(missing)}")
-        toolchains[name] = Toolchain(name=name, role=spec.role, lock=lock.resolve(),
-                                     container_dir=lock.parent.resolve(), pins=pins)
+        cpu = _platform_environment(source, root, ("toolchains", name, "lock"), spec.lock, ())
+        platforms = {"cpu": cpu}
+        for platform, platform_spec in spec.platforms.items():
+            loc = ("toolchains", name, "platforms", platform)
+            platforms[platform] = _platform_environment(source, root, (*loc, "lock"), platform_spec.lock,
+                                                        tuple(platform_spec.only))
+        toolchains[name] = Toolchain(name=name, role=spec.role, lock=cpu.lock, container_dir=cpu.lock.parent,
+                                     pins=dict(cpu.pins), platform="cpu", platforms=platforms)
     return toolchains
+
+
+def _platform_environment(source: _Source, root: Path, loc: tuple, relative: str,
+                          only: tuple[str, ...]) -> PlatformEnvironment:
+    lock = root / relative
+    if not lock.resolve().is_relative_to(Path(root).resolve()):   # nor read, nor quoted in the error
+        raise source.error(loc, f"lock file {relative} is outside the checkout; locks live under containers/")
+    if not lock.is_file():
+        raise source.error(loc, f"lock file {relative} not found (looked for {lock})")
+    try:
+        pins = read_pins(lock)
+    except ValueError as exc:
+        raise source.error(loc, f"bad lock file: {exc}") from None
+    missing = [pin for pin in REQUIRED_PINS if pin not in pins]
+    if missing:
+        raise source.error(loc, f"lock file {relative} pins no {', '.join(missing)}")
+    unknown = [n for n in only if normalise(n) not in pins]
+    if unknown:
+        raise source.error((*loc[:-1], "only"), f"only names {', '.join(unknown)}, which {relative} does not pin")
+    chosen = tuple(normalise(n) for n in only)
+    return PlatformEnvironment(lock=lock.resolve(), pins={k: v for k, v in pins.items() if not chosen or k in chosen},
+                               only=chosen)
 
 
 def _load_archs(source: _Source) -> dict[str, Arch]:

@@ -23,9 +23,17 @@ class _Strict(BaseModel):
 
 # toolchains.yaml ---------------------------------------------------------------------------
 
+class PlatformSpec(_Strict):
+    lock: NonEmpty                       # relative to the checkout root
+    # Only these lock entries are installed, over a base image that brings the rest (ROCm torch is not
+    # on PyPI): only they are pinned; the others are recorded. Empty: the whole lock.
+    only: list[NonEmpty] = []
+
+
 class ToolchainSpec(_Strict):
     role: NonEmpty
-    lock: NonEmpty                       # relative to the checkout root
+    lock: NonEmpty                       # the cpu platform's lock, relative to the checkout root
+    platforms: dict[Literal["cuda", "rocm"], PlatformSpec] = {}
     description: str = ""
 
 

@@ -5,22 +5,63 @@ receives these objects can trust them. Frozen: a plan or a job never changes the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from mha_ci.errors import EnvironmentProblem
 
 JOB_KINDS = ("correctness", "perf", "checksums", "refresh")
 EVENT_KINDS = ("pull_request", "push", "schedule", "manual")
 
 
+# Arch.device -> the platform whose environment (lock, image) a job of that arch runs in.
+PLATFORM_OF_DEVICE = {"none": "cpu", "nvidia-gpu": "cuda", "amd-gpu": "rocm"}
+PLATFORMS = ("cpu", "cuda", "rocm")
+
+
+@dataclass(frozen=True)
+class PlatformEnvironment:
+    """How one toolchain is installed on one platform (toolchains.yaml `platforms.<p>`)."""
+
+    lock: Path                                   # absolute
+    pins: dict[str, str]                         # what the payload's pin check compares
+    only: tuple[str, ...] = ()                   # installed over a base image: just these (ROCm: triton)
+
+
 @dataclass(frozen=True)
 class Toolchain:
-    """A pinned set of packages (torch, triton, numpy, ...) that payloads run in."""
+    """A pinned set of packages (torch, triton, numpy, ...) that payloads run in.
+
+    One toolchain has an environment per platform: `cpu` (interpreter and ahead-of-time
+    compiles), `cuda` (sm90) and `rocm` (gfx942, gfx950). `lock` and `pins` are those of
+    `platform`; `on(p)` gives the same toolchain on another platform. A job always runs its
+    toolchain `on(arch.platform)`, so a GPU job never gets the CPU build of torch.
+    """
 
     name: str                 # "triton-3.4"
     role: str                 # "golden" | "top-of-tree" | free text
-    lock: Path                # containers/<name>/requirements.lock (absolute)
+    lock: Path                # containers/<name>/requirements.lock (absolute), of `platform`
     container_dir: Path       # containers/<name>/
     pins: dict[str, str] = field(default_factory=dict)  # normalised name -> exact version, from lock
+    platform: str = "cpu"
+    platforms: dict[str, PlatformEnvironment] = field(default_factory=dict, compare=False, repr=False)
+
+    def on(self, platform: str) -> "Toolchain":
+        """This toolchain's environment on `platform`; EnvironmentProblem where none is defined."""
+        if platform == self.platform:
+            return self
+        environment = self.platforms.get(platform)
+        if environment is None:
+            raise EnvironmentProblem(
+                f"toolchain {self.name} defines no {platform} environment (pipelines/toolchains.yaml "
+                f"`platforms.{platform}`; defined: {', '.join(sorted(self.platforms)) or 'none'})")
+        return replace(self, lock=environment.lock, pins=dict(environment.pins), platform=platform)
+
+    @property
+    def installs_only(self) -> tuple[str, ...]:
+        """Lock entries installed over a base image on this platform; () = the whole lock."""
+        environment = self.platforms.get(self.platform)
+        return environment.only if environment else ()
 
 
 @dataclass(frozen=True)
@@ -45,6 +86,10 @@ class Arch:
     compile_target: tuple | None     # triton GPUTarget args, e.g. ("hip", "gfx950", 64); None = interpreter
     workers: int = 1                 # pytest-xdist workers per shard (one GPU each)
     limits: ResourceLimits | None = None   # per-launch resource limits; None = no GPU
+
+    @property
+    def platform(self) -> str:
+        return PLATFORM_OF_DEVICE[self.device]
 
 
 @dataclass(frozen=True)

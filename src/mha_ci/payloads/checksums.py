@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ["TRITON_DISABLE_LINE_INFO"] = "1"   # before anything imports triton (FACTS.md: path leak)
+os.environ["TRITON_DISABLE_LINE_INFO"] = "1"   # before anything imports triton (docs/facts.md: the line-info path leak)
 
 from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_NO_RESULT, EXIT_OK, out_path  # noqa: E402
 

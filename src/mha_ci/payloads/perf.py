@@ -36,9 +36,10 @@ adds a spin kernel of 5 % of the shape's warm-up median inside every timed dispa
 attention kernel); MHA_PERF_PLANT_KEYS=glob,glob limits it to matching keys. The percentage
 is recorded in the provenance and per result, so a planted run is never mistaken for a
 baseline. Each planted spin is one extra launch; its fixed cost on a full queue (launch gap and
-kernel start: 1.5-1.6 us behind a kernel on the H200) is measured once per process and taken
+kernel start, about 1.5 us behind a kernel on an H200) is measured once per process and taken
 off the spin; on shapes where that cost alone exceeds the planted amount (under ~32 us at 5 %)
-the slowdown overshoots (the calibrate report shows the realised delta).
+the slowdown overshoots (the calibrate report shows the realised delta). How the plant is sized,
+and the measurements behind each choice: docs/perf-method.md, "Planted slowdowns".
 
 Interleaving (`--lockstep DIR:a` and `--lockstep DIR:b`, two processes, usually two
 toolchains, on one GPU): the two take turns shape by shape in ABBA order; see
@@ -163,10 +164,8 @@ class CudaTimer:
         so it is measured on first use.
 
         Measured the way the plant runs: a spin launched right behind a real kernel, where its
-        launch overlaps the kernel's tail: 1.50-1.63 us on the H200 (run 7). Measured between
-        two bare events instead it read 2.05 us, and a plant sized with that realised 3.2 %
-        instead of 5 % on 70 us shapes and nothing at all on shapes under 41 us (run 5,
-        calibration/planted5-run5)."""
+        launch overlaps the kernel's tail. Between two bare events the cost reads higher, and a
+        plant sized with that undershoots, most on the shortest shapes (docs/perf-method.md)."""
         torch = self.torch
         n = 200
         buf = torch.empty(1 << 20, dtype=torch.float32, device="cuda")
@@ -272,16 +271,16 @@ def measure_shape(torch, timer, call, method: Method, plant_pct: float) -> tuple
     plant_base_us, plant_gap_us, plant_us = estimate, 0.0, 0.0
     if plant_pct > 0:
         # The planted amount is a share of the dispatch as the reps time it: one unplanted pilot
-        # rep on a full queue. (The warm-up median also holds the host's launch latency: based
-        # on it, a 5 % plant realised a median 9.1 % over the planted shapes, run 4.) The spin
-        # is a second launch whose fixed cost the timer measured once; it comes off the spin.
-        # Not corrected per shape by a planted pilot rep: tried in run 8, the first rep after
-        # the warm-up often runs faster than the later ones (the clocks have not settled), so
-        # the correction removed whole plants (9-11 shapes realised under 3 %, against 1-4
-        # open-loop in run 7).
+        # rep on a full queue (the warm-up median also holds the host's launch latency, so a
+        # plant sized on it overshoots). The spin is a second launch whose fixed cost the timer
+        # measured once; it comes off the spin.
+        # Not corrected per shape by a planted pilot rep: the first rep after the warm-up often
+        # runs faster than the later ones (the clocks have not settled), so such a correction
+        # shrinks or removes whole plants.
         # A planted shape always gets its spin, even where the fixed cost alone exceeds the
         # planted amount (it then overshoots): a spin sized to nothing would leave the shape
-        # unplanted while calibrate counts it as planted (run 5 did that to 17 shapes).
+        # unplanted while calibrate counts it as planted.
+        # The measurements behind each of these: docs/perf-method.md, "Planted slowdowns".
         plant_base_us = statistics.median(timer.rep(call, n, hold_us, 0.0))
         plant_gap_us = timer.spin_cost_us
         plant_us = max(MIN_PLANT_US, plant_base_us * plant_pct / 100.0 - plant_gap_us)
@@ -334,14 +333,15 @@ class Progress:
             print(file=sys.stderr)
 
 
-def pin_versions() -> tuple[dict, bool]:
-    """Installed versions; pins enforced (exit 3) when an mha-ci executor passed them."""
+def pin_report() -> dict:
+    """pincheck.report(): pins enforced (exit 3) or recorded, as the executor asked."""
     from mha_ci.payloads import pincheck
 
     if "MHA_CI_PINS" in os.environ:
-        return pincheck.enforce(), True
+        return pincheck.enforce_report()
     # Started by hand (e.g. on a GPU host with its own torch): versions recorded, not checked.
-    return pincheck.versions({}), False
+    return {"versions": pincheck.versions({}), "pins_checked": False, "pin_mode": "none",
+            "pin_mismatches": ["started without an mha-ci executor: no pins were passed"]}
 
 
 def parse_args(argv):
@@ -352,6 +352,8 @@ def parse_args(argv):
     p.add_argument("--kernel", choices=sorted(KERNELS), default="mha")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--toolchain", default=os.environ.get("MHA_CI_TOOLCHAIN", "host"))
+    p.add_argument("--arch", help="the pipeline's arch name of the job (archs.yaml), recorded as provenance arch; "
+                                  "a GPU of another arch is refused (exit 3)")
     p.add_argument("--executor", default=os.environ.get("MHA_CI_EXECUTOR"))
     p.add_argument("--image-digest", default=os.environ.get("MHA_CI_IMAGE_DIGEST"))
     p.add_argument("--commit", default=os.environ.get("MHA_CI_COMMIT"))
@@ -365,7 +367,7 @@ def parse_args(argv):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    versions, pins_checked = pin_versions()
+    pins = pin_report()
     shapes_doc = json.loads(out_path(args.shapes).read_text())
     if shapes_doc.get("schema") != SHAPES_SCHEMA:
         print(f"perf payload: {args.shapes} is not a {SHAPES_SCHEMA} file", file=sys.stderr)
@@ -381,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_NO_RESULT
         lock = lockstep.Lockstep(out_path(folder), role, len(entries))
     try:
-        return _measure_all(args, versions, pins_checked, shapes_doc, method, entries, lock)
+        return _measure_all(args, pins, shapes_doc, method, entries, lock)
     except lockstep.Stopped as exc:
         print(f"perf payload: {exc}; nothing written", file=sys.stderr)
         return EXIT_NO_RESULT
@@ -390,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             lock.leave()
 
 
-def _measure_all(args, versions, pins_checked, shapes_doc, method, entries, lock) -> int:
+def _measure_all(args, pins, shapes_doc, method, entries, lock) -> int:
     if lock is not None:
         lock.wait(0)
     import torch
@@ -398,6 +400,12 @@ def _measure_all(args, versions, pins_checked, shapes_doc, method, entries, lock
     if args.device == "cuda" and not torch.cuda.is_available():
         print("perf payload: no CUDA/HIP device visible (use --device cpu for a harness check)", file=sys.stderr)
         return EXIT_ENVIRONMENT
+    if args.device == "cuda" and args.arch:
+        found = prov.device_facts(torch, "cuda")
+        if found["arch"] != args.arch:
+            print(f"perf payload: the job is for {args.arch}, but the GPU ({found['gpu']}) is {found['arch']}",
+                  file=sys.stderr)
+            return EXIT_ENVIRONMENT
     timer = CudaTimer(torch, method.l2_flush) if args.device == "cuda" else WallTimer()
     smi_start = prov.smi_sample() if args.device == "cuda" else None
     if lock is not None:
@@ -442,8 +450,8 @@ def _measure_all(args, versions, pins_checked, shapes_doc, method, entries, lock
             progress.update(n, key, note)
     progress.close()
     smi_end = prov.smi_sample() if args.device == "cuda" else None
-    provenance = prov.collect(torch, args.device, toolchain=args.toolchain, versions=versions,
-                              pins_checked=pins_checked, executor=args.executor, image_digest=args.image_digest,
+    provenance = prov.collect(torch, args.device, toolchain=args.toolchain, pins=pins, arch=args.arch,
+                              executor=args.executor, image_digest=args.image_digest,
                               commit=args.commit, root=ROOT, kernel=args.kernel,
                               planted_pct=float(os.environ.get("MHA_PERF_PLANT_SLOWDOWN", "0") or 0),
                               smi_start=smi_start, smi_end=smi_end)

@@ -1,8 +1,8 @@
 """The base side of a base-vs-head measurement (`mha-ci perf measure --against REF`).
 
-Machines differ: on the H200s one GPU ran heavy d192 shapes 3-5 % slower than the rest of the
-fleet (perf_baselines/h200/README.md, runs 7-10), more than a gate that still catches a 5 %
-slowdown can absorb when a pull request is judged against a baseline stored from other
+Machines differ: one GPU of a pool can run some shapes a few per cent slower than the rest
+(docs/perf-method.md, "Noise between runs and machines"), more than a gate that still catches a
+5 % slowdown can absorb when a pull request is judged against a baseline stored from other
 machines. Measuring the base commit and the working tree on one GPU, taking turns shape by shape
 (mha_ci.perf.lockstep), cancels that.
 

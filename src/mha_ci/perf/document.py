@@ -1,6 +1,6 @@
 """Reading and writing `mha-ci.perf/1` documents (perf results and stored baselines).
 
-Layout (DESIGN.md, fixed; fields beyond these are additions):
+Layout (docs/architecture.md, Stored formats, fixed; fields beyond these are additions):
 {
   "schema": "mha-ci.perf/1",
   "provenance": {"gpu", "arch", "driver", "toolchain", "versions": {...}, "executor",
@@ -35,6 +35,10 @@ def load_perf(path: Path) -> dict:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError("perf result not found", file=str(path)) from None
+    except OSError as exc:      # a folder, no permission
+        raise ConfigError(f"cannot read perf result: {exc.strerror or exc}", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"perf result is not UTF-8 text (byte {exc.start})", file=str(path)) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"not JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
     problem = check_perf(doc)

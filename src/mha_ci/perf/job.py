@@ -77,7 +77,7 @@ def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, re
     if arch not in pipeline.archs:
         raise ConfigError(f"unknown arch '{arch}'; known: {', '.join(pipeline.archs)}", key="--arch")
     args = ["--shapes", f"{rel}/shapes.json", "--method", f"{rel}/method.json", "--out", f"{rel}/{out_name}",
-            "--kernel", kernel, "--toolchain", toolchain, "--executor", executor.name,
+            "--kernel", kernel, "--toolchain", toolchain, "--arch", arch, "--executor", executor.name,
             "--dump-dispatches", f"{rel}/{out_name.replace('.json', '')}.dispatches.json"]
     if chunk:
         args += ["--chunk", chunk]
@@ -87,7 +87,7 @@ def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, re
     env = {k: os.environ[k] for k in ("MHA_PERF_PLANT_SLOWDOWN", "MHA_PERF_PLANT_KEYS", "MHA_CI_COMMIT")
            if k in os.environ}
     env.update(extra_env or {})
-    result = executor.run(PayloadRun(module="perf", args=tuple(args), toolchain=pipeline.toolchains[toolchain],
+    result = executor.run(PayloadRun(module="perf", args=tuple(args), toolchain=pipeline.toolchains[toolchain].on(pipeline.archs[arch].platform),
                                      arch=pipeline.archs[arch], out_dir=out_dir, env=env,
                                      timeout_s=PAYLOAD_TIMEOUT_S, log_prefix=log_prefix))
     out = Path(out_dir) / rel / out_name
@@ -106,9 +106,9 @@ def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, re
 def measure_repeated(executor, pipeline, toolchain: str, arch: str, out_dir: Path, rel: str, repeat: int,
                      kernel: str = "mha", log_prefix: str = "perf") -> dict:
     """The payload `repeat` times, each its own process, combined (mha_ci.perf.combine) into
-    out_dir/rel/perf.json: per shape the median run and the spread between runs. On the H200
-    about one shape in ten moves by 3-10 % from one process to the next while its within-run
-    noise stays near 0.2 % (perf_baselines/h200/README.md): one process can land on either side."""
+    out_dir/rel/perf.json: per shape the median run and the spread between runs. Some shapes move
+    by several per cent from one process to the next while their within-run noise stays far
+    smaller (docs/perf-method.md): one process can land on either side."""
     from mha_ci.perf.combine import combine
     from mha_ci.perf.config import gate_policy, load_perf_file
 
@@ -226,14 +226,22 @@ def run_job(job, pipeline, executor, out_dir: Path):
     comparison = compare(load_perf(base_file), candidate, gate_policy(load_perf_file(pipeline.root)))
     paths = report.write_all(comparison, job_dir)
     result.artifacts += [str(p.relative_to(out_dir)) for p in paths.values()]
-    result.details.update(summary=comparison.summary, refused=comparison.refused,
-                          stalls=len(comparison.stalled),
-                          regressions=[v.key for v in comparison.shapes if v.status == "regression"][:50])
+    prov = candidate["provenance"]
+    result.details.update(summary=comparison.summary, refused=comparison.refused, notes=list(comparison.notes),
+                          stalls=len(comparison.stalled), pins_checked=bool(prov.get("pins_checked")),
+                          pin_mismatches=list(prov.get("pin_mismatches") or []),
+                          regressions=[v.key for v in comparison.shapes if v.status == "regression"][:50],
+                          broken=[{"key": v.key, "reason": v.reason} for v in comparison.broken])
+    # An unpinned side still gates (its numbers are real), but the verdict says so in its first words.
+    unpinned = "UNPINNED: " if any(n.startswith("UNPINNED") for n in comparison.notes) else ""
     if comparison.gate_failed:
-        result.message = comparison.refused or f"perf gate failed: {report.tally_line(comparison)}"
+        causes = comparison.failures
+        result.message = unpinned + (comparison.refused or (
+            f"perf gate failed: {report.tally_line(comparison)}; " + "; ".join(causes[:3])
+            + (f"; {len(causes) - 3} more" if len(causes) > 3 else "")))
         return result
     result.verdict, result.exit_code = "pass", ExitCode.OK
-    result.message = report.tally_line(comparison)
+    result.message = unpinned + report.tally_line(comparison)
     return result
 
 

@@ -3,7 +3,7 @@
 Standard library only: the GPU payload (mha_ci.payloads.perf) reads shapes through this module
 inside toolchain environments that have neither pydantic nor yaml.
 
-Key format (DESIGN.md, fixed): `dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1`, then
+Key format (docs/architecture.md, Stored formats, fixed): `dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1`, then
 `_wl<left>_wr<right>` when a sliding window is set, `_sink` with an attention sink, `_drop` with
 dropout. Per-sequence lengths for varlen: every one of the `batch` packed sequences has Sq / Sk
 tokens, so a dense and a varlen shape of one key differ only in the layout (and kernel path).

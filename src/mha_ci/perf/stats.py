@@ -4,7 +4,7 @@ Standard library only: the GPU payload computes its results with this same modul
 orchestrating side recomputes them from a `--dump-dispatches` file (tests do), so both agree by
 construction.
 
-Definitions (DESIGN.md, "perf"):
+Definitions (docs/perf-method.md, "Measuring one shape"):
 - a rep is `dispatches` dispatches of one shape, each timed on its own;
 - the rep's value is the mean of its chronological middle: the first trim_low_pct % and the
   last trim_high_pct % of the dispatches *in the order they ran* are dropped (not the fastest and
@@ -16,8 +16,8 @@ Definitions (DESIGN.md, "perf"):
   for normal data). Robust because one rep hit by a stall (a 1.6 s dispatch in a 400 us shape)
   would otherwise make the whole shape "too noisy" and hide it from the gate; the stall is
   reported as a stall instead, and the median of rep means ignores that rep. The plain spread,
-  (max - min) / median - the measure FACTS.md quotes for back-to-back H200 medians (3.6-4.2 %,
-  i.e. a standard deviation near 1 %) - is kept as `spread_pct`;
+  (max - min) / median - the measure docs/facts.md quotes for back-to-back H200 medians - is kept
+  as `spread_pct`;
 - a stall is a dispatch above max(stall_factor x median, median + stall_min_excess_us), where
   median is that of every dispatch of the shape; stalls are reported whatever the mean did.
 """
@@ -46,7 +46,7 @@ class Method:
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        data["trim"] = [self.trim_low_pct, self.trim_high_pct]   # DESIGN.md names "trim"
+        data["trim"] = [self.trim_low_pct, self.trim_high_pct]   # the stored format names "trim" (docs/architecture.md)
         return data
 
     @classmethod
@@ -144,6 +144,21 @@ def find_stalls(reps_us: list[list[float]], factor: float, min_excess_us: float)
     limit = max(factor * median, median + min_excess_us)
     return tuple(Stall(rep=r, index=i, us=t, ratio=t / median if median > 0 else math.inf)
                  for r, rep in enumerate(reps_us) for i, t in enumerate(rep) if t > limit)
+
+
+def stall_from_summary(stats: dict, factor: float, min_excess_us: float) -> dict | None:
+    """The stall a stored result shows through its summary alone (`max_us` against `median_us`).
+
+    For documents whose writer did not look for stalls (another measuring tool, an older payload):
+    the slowest dispatch is the only one known, so the count is unknown (None) and so is where it ran.
+    """
+    top, median = stats.get("max_us"), stats.get("median_us")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (top, median)):
+        return None
+    if median <= 0 or top <= max(factor * median, median + min_excess_us):
+        return None
+    return {"count": None, "worst_us": round(float(top), 3), "ratio": round(top / median, 2), "rep": None,
+            "index": None}
 
 
 def shape_stats(reps_us: list[list[float]], method: Method) -> ShapeStats:

@@ -1,4 +1,4 @@
-"""The perf workload set of WORKLOADS.md, generated from pipelines/workloads.yaml.
+"""The perf workload set of docs/workloads.md, generated from pipelines/workloads.yaml.
 
 Three sources, each shape tagged with where it came from:
   model_shapes  prefill of every model (and TP) at one long sequence, causal and not, per layout;
@@ -104,7 +104,7 @@ def select_subset(workloads: list[Workload], size: int, always: list[str] = ()) 
     """The pull-request subset, deterministic (depends only on the workload set and `size`).
 
     In order, until `size` is reached (the first three steps may exceed it; coverage wins):
-    1. the `always` keys (perf.yaml: the reference shapes of WORKLOADS.md);
+    1. the `always` keys (perf.yaml: the reference shapes of docs/workloads.md);
     2. per (bucket, layout): the cheapest and the most expensive shape by FLOPs, so every bucket
        is timed dense and varlen, small and large;
     3. one shape of every source tag not yet present;

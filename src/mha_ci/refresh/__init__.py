@@ -1,4 +1,4 @@
-"""The nightly baseline refresh (DESIGN.md job kind 4): re-measure, check the measurement is fit
+"""The nightly baseline refresh (job kind 4 of docs/architecture.md): re-measure, check the measurement is fit
 to become a baseline, and put the new baselines on a new branch with a pull-request description.
 
   core.py        refresh(pipeline, arch, measure_fn, ...) -> RefreshResult; the refusal rules

@@ -16,6 +16,7 @@ durations of every shard of the run merged: what the nightly refresh stores).
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -37,10 +38,32 @@ def durations_file(root: Path, arch: str) -> Path:
     return root / "perf_baselines" / "test_durations" / f"{arch}.json"
 
 
+# `mha-ci run --select GLOB` narrows the correctness jobs to the collected tests whose node id
+# matches one of these fnmatch patterns (comma-separated): a quick local check, never a full one,
+# so the verdict names the selection.
+SELECT_ENV = "MHA_CI_SELECT"
+
+
+def selection_patterns() -> list[str]:
+    return [p.strip() for p in os.environ.get(SELECT_ENV, "").split(",") if p.strip()]
+
+
+def _selected(tests: list[str], result: JobResult) -> list[str]:
+    """The tests `mha-ci run --select` keeps (all without it); records the selection in `result`."""
+    patterns = selection_patterns()
+    if not patterns:
+        return tests
+    chosen = [t for t in tests if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
+    result.details["selection"] = {"patterns": patterns, "selected": len(chosen), "collected": len(tests)}
+    if not chosen:
+        result.message = f"no collected test matches {SELECT_ENV}={','.join(patterns)}: no result"
+    return chosen
+
+
 def run_job(job: Job, pipeline, executor: Executor, out_dir: Path) -> JobResult:
     started = time.monotonic()
     arch = pipeline.archs[job.arch]
-    toolchain = pipeline.toolchains[job.toolchain]
+    toolchain = pipeline.toolchains[job.toolchain].on(arch.platform)
     index, count = job.shard or 1, job.shards or 1
     rel = f"jobs/{job.id}"
     job_dir = out_dir / rel
@@ -67,6 +90,9 @@ def run_job(job: Job, pipeline, executor: Executor, out_dir: Path) -> JobResult:
     result.details["versions"] = listing.get("versions", {})
     if not tests:
         result.message = f"no tests collected in {TESTS_DIR}: a shard with no result is a failure"
+        return _finish(result, started)
+    tests = _selected(tests, result)
+    if not tests:
         return _finish(result, started)
 
     # 2. shard
@@ -116,6 +142,8 @@ def run_job(job: Job, pipeline, executor: Executor, out_dir: Path) -> JobResult:
         result.artifacts.append(f"{rel}/report.json")
         result.details["counts"] = report.get("counts", {})
         result.details["versions"] = report.get("versions", result.details.get("versions", {}))
+        result.details["pins_checked"] = report.get("pins_checked", False)
+        result.details["pin_mismatches"] = report.get("pin_mismatches", [])
         failed = sorted(t for t, o in report.get("outcomes", {}).items() if o in ("failed", "error"))
         result.details["failed_tests"] = failed[:50]
         if report.get("durations"):
@@ -140,6 +168,9 @@ def run_job(job: Job, pipeline, executor: Executor, out_dir: Path) -> JobResult:
 
 def _finish(result: JobResult, started: float) -> JobResult:
     result.timings["total"] = round(time.monotonic() - started, 3)
+    chosen = result.details.get("selection")
+    if chosen and result.message:
+        result.message += f" (SELECTION: {chosen['selected']} of {chosen['collected']} collected tests)"
     return result
 
 

@@ -1,6 +1,6 @@
 #!/bin/bash
-# H200 x2, run 3a (after the int64-offset and cu_seqlens-sync fixes). Sent with the device tool as
-#   MHA_CI_COMMIT=<sha> bash perf_baselines/h200/run3a.sh   carry: [.bundles34, perf_inputs]   kind: nvidia-h200-x2
+# H200 x2, run 3a (after the int64-offset and cu_seqlens-sync fixes). Run on the GPU machine as
+#   MHA_CI_COMMIT=<sha> bash docs/perf-study/h200/run3a.sh   carry: [.bundles34, perf_inputs]   kind: nvidia-h200-x2
 # Unpacks 3.4.0 into .tri/t34 (an ignored folder of the checkout, kept for run 3b while the
 # machine stays warm) and measures Triton 3.6 (the image's):
 # GPU0: full set A, full set B (the A/A pair), then the full set with a 5 % slowdown planted

@@ -2,7 +2,7 @@
 # H200 (one GPU), run 6: the full set with a 7.5 % slowdown planted on the dense shapes, judged
 # against the baseline combined from runs 3a, 4 and 5 (other leases: the real gate's case), then
 # the PR subset unplanted (one more lease for the between-run noise). Sent as
-#   MHA_CI_COMMIT=<sha> bash perf_baselines/h200/run6.sh   carry: [perf_inputs]   kind: nvidia-h200
+#   MHA_CI_COMMIT=<sha> bash docs/perf-study/h200/run6.sh   carry: [perf_inputs]   kind: nvidia-h200
 set -u
 export PYTHONUNBUFFERED=1 MHA_CI_COMMIT=${MHA_CI_COMMIT:-unknown}
 R=/tmp/res6; rm -rf $R; mkdir -p $R

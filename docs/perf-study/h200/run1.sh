@@ -1,6 +1,6 @@
 #!/bin/bash
-# H200 x2, run 1 (Triton 3.6.0 of the image). Sent with the device tool as
-#   bash perf_baselines/h200/run1.sh   carry: [.bundles34, perf_inputs]   kind: nvidia-h200-x2
+# H200 x2, run 1 (Triton 3.6.0 of the image). Run on the GPU machine as
+#   bash docs/perf-study/h200/run1.sh   carry: [.bundles34, perf_inputs]   kind: nvidia-h200-x2
 # GPU0: perf full set twice (A/A) and the PR subset with a planted 5 % slowdown on dense shapes.
 # GPU1: the kernel tests (bf16 included), the bench, and the code-object proof for 3.6.
 # It also unpacks the Triton 3.4 bundle into /tmp/t34 for run 2 (kept while the machine is warm).

@@ -1,11 +1,11 @@
 #!/bin/bash
 # Everything committed from H200 runs 7-11 (run7.sh, run11.sh), rebuilt from the raw run
 # documents in run7/..run11/ with the mha-ci commands themselves (no GPU needed):
-#   bash perf_baselines/h200/analyse-run7-11.sh
+#   bash docs/perf-study/h200/analyse-run7-11.sh
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-H=perf_baselines/h200
-C=perf_baselines/sm90/calibration
+cd "$(dirname "$0")/../../.."
+H=docs/perf-study/h200
+C=docs/perf-study/sm90/calibration
 B=perf_baselines/sm90
 mha() { PYTHONPATH=src python3 -m mha_ci "$@"; }
 # calibrate exits 1 when the gate misses a bar of pipelines/perf.yaml on that data: a finding,

@@ -1,18 +1,20 @@
 """False regressions between H200 leases: every ordered pair of single 3.6 full-set runs, then
-each lease's runs against a baseline combined from the other leases (mha_ci.perf.combine), then
+each lease's runs against a baseline combined from the other leases (mha_ci.perf.held_out), then
 the planted runs judged as the gate would. Run by analyse-run3-6.sh; prints markdown.
-gate_sweep.py reuses the lease table and helpers."""
+gate_sweep.py and held_out.py reuse the lease table (they import this file from its folder:
+run them as `PYTHONPATH=src python3 docs/perf-study/h200/<script>.py`)."""
 import itertools
 from pathlib import Path
 
 from mha_ci.perf.calibrate import planted_catch
-from mha_ci.perf.combine import combine
 from mha_ci.perf.compare import compare
 from mha_ci.perf.config import gate_policy, load_perf_file
 from mha_ci.perf.document import load_perf
+from mha_ci.perf.held_out import combined_without as _combined_without
+from mha_ci.perf.held_out import leave_one_group_out
 
-ROOT = Path(__file__).resolve().parents[2]
-H = ROOT / "perf_baselines" / "h200"
+ROOT = Path(__file__).resolve().parents[3]
+H = ROOT / "docs" / "perf-study" / "h200"
 LEASES = {"L3": ["run3/perf-3.6-full-a.json", "run3/perf-3.6-full-b.json"],
           "L4": ["run4/perf-3.6-full-a-gpu0.json", "run4/perf-3.6-full-a-gpu1.json"],
           "L5": ["run5/perf-3.6-full-a-gpu0.json"]}
@@ -27,8 +29,7 @@ def load_runs() -> dict:
 def combined_without(docs: dict, lease: str | None, max_noise_pct: float,
                      leases: dict = LEASES) -> tuple[dict, list[str]]:
     """A baseline combined from every lease's runs but `lease`'s, and the runs it was made of."""
-    others = [r for other, runs in leases.items() if other != lease for r in runs]
-    return combine([docs[r] for r in others], names=others, max_noise_pct=max_noise_pct), others
+    return _combined_without(docs, leases, lease, max_noise_pct)
 
 
 def main() -> None:
@@ -45,13 +46,11 @@ def main() -> None:
     print("\n## Baseline combined from the other leases\n")
     print("| candidate | baseline from | regressions | improvements | invalid |\n|---|---|---|---|---|")
     total = calls = 0
-    for lease, runs in LEASES.items():
-        base, others = combined_without(docs, lease, policy.invalid_noise_pct)
-        for run in runs:
-            s = compare(base, docs[run], policy).summary
-            total += sum(s.values())
-            calls += s["regression"]
-            print(f"| {run} | {', '.join(others)} | {s['regression']} | {s['improvement']} | {s['invalid']} |")
+    for row in leave_one_group_out(docs, LEASES, policy):
+        s = row["summary"]
+        total += sum(s.values())
+        calls += s["regression"]
+        print(f"| {row['run']} | {', '.join(row['baseline_from'])} | {s['regression']} | {s['improvement']} | {s['invalid']} |")
     print(f"\nFalse regressions against a combined baseline of other leases: {calls} of {total} shape judgements.")
     print("\n## Planted runs judged as the gate would, against a baseline of other leases\n")
     print("| planted run | nominal % | baseline from | planted shapes caught | unplanted false regressions |\n"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # H200 x2, run 2b (Triton 3.8.0 bundle; 3.4.0 still unpacked in /tmp/t34 from run 2a). Sent as
-#   bash perf_baselines/h200/run2b.sh   carry: [.bundles38, perf_inputs]   kind: nvidia-h200-x2
+#   bash docs/perf-study/h200/run2b.sh   carry: [.bundles38, perf_inputs]   kind: nvidia-h200-x2
 # GPU0: golden (3.4) vs top of tree (3.8) on the full set, interleaved in ABBA chunk order on one
 #       GPU so clock and temperature drift cancel: A1 B1 B2 A2 A3 B3 B4 A4.
 # GPU1: kernel tests under 3.8, then the 3.6 full set once more (A/A against run 1 is NOT used:

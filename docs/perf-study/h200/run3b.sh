@@ -1,6 +1,6 @@
 #!/bin/bash
 # H200 x2, run 3b: right after run 3a on the same warm machine (3.4.0 still in .tri/t34). Sent as
-#   MHA_CI_COMMIT=<sha> bash perf_baselines/h200/run3b.sh   carry: [.bundles38, perf_inputs]   kind: nvidia-h200-x2
+#   MHA_CI_COMMIT=<sha> bash docs/perf-study/h200/run3b.sh   carry: [.bundles38, perf_inputs]   kind: nvidia-h200-x2
 # GPU0: golden (3.4) vs top of tree (3.8) on the full set, two payload processes on one GPU
 #       taking turns shape by shape in ABBA order (--lockstep, mha_ci/perf/lockstep.py).
 # GPU1: the kernel tests under 3.8 (after the int64 fix), then the same interleaved comparison

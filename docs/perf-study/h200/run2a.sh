@@ -1,6 +1,6 @@
 #!/bin/bash
-# H200 x2, run 2a (Triton 3.4.0 bundle). Sent with the device tool as
-#   bash perf_baselines/h200/run2a.sh   carry: [.bundles34, perf_inputs]   kind: nvidia-h200-x2
+# H200 x2, run 2a (Triton 3.4.0 bundle). Run on the GPU machine as
+#   bash docs/perf-study/h200/run2a.sh   carry: [.bundles34, perf_inputs]   kind: nvidia-h200-x2
 # Unpacks 3.4 into /tmp/t34 (kept for run 2b while the machine stays warm), runs the kernel tests
 # under 3.4 on GPU0, and on GPU1 the code-object proof against sm90 records compiled on the
 # CPU-only machine (perf_inputs/co-sm90-*-triton-3.4-cpu.json) and the 3.6 PR-subset A/A pair.

@@ -1,10 +1,11 @@
 #!/bin/bash
 # Everything committed from H200 runs 3-6, rebuilt from the raw run documents in run3/..run6/
-# with the mha-ci commands themselves (no GPU needed):  bash perf_baselines/h200/analyse-run3-6.sh
+# with the mha-ci commands themselves (no GPU needed):  bash docs/perf-study/h200/analyse-run3-6.sh
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-H=perf_baselines/h200
+cd "$(dirname "$0")/../../.."
+H=docs/perf-study/h200
 B=perf_baselines/sm90
+S=docs/perf-study/sm90
 mha() { PYTHONPATH=src python3 -m mha_ci "$@"; }
 # calibrate exits 1 when the gate misses a bar of pipelines/perf.yaml on that data: a finding,
 # written into the file like any other; anything else stops the script.
@@ -21,12 +22,12 @@ cp $H/run3/perf-3.8-full-lockstep.json $B/triton-3.8.json
 # Golden (3.4) vs top of tree (3.8): full set interleaved per shape on GPU0, and the PR subset
 # interleaved the same way on GPU1 as an independent second reading.
 mha perf compare $H/run3/perf-3.4-full-lockstep.json $H/run3/perf-3.8-full-lockstep.json --cross-toolchain \
-  --out $B/reports/golden-3.4-vs-tot-3.8-full > /dev/null || true     # exit 1: it has regressions
+  --out $S/reports/golden-3.4-vs-tot-3.8-full > /dev/null || true     # exit 1: it has regressions
 mha perf compare $H/run3/perf-3.4-pr-lockstep-gpu1.json $H/run3/perf-3.8-pr-lockstep-gpu1.json --cross-toolchain \
-  --out $B/reports/golden-3.4-vs-tot-3.8-pr-gpu1 > /dev/null || true
+  --out $S/reports/golden-3.4-vs-tot-3.8-pr-gpu1 > /dev/null || true
 
 # Calibration. A/A within one lease (full set and PR subset); planted slowdowns.
-C=$B/calibration
+C=$S/calibration
 calibrate $H/run3/perf-3.6-full-a.json $H/run3/perf-3.6-full-b.json --out $C/aa-full-run3
 calibrate $H/run3/perf-3.6-pr-a.json $H/run3/perf-3.6-pr-b.json --out $C/aa-pr-run3
 # 5 % planted (plant sized on a pilot rep); the A/A part here pairs two leases (run 5 vs run 4).
@@ -45,6 +46,6 @@ mha perf compare $B/triton-3.6.json $H/run6/perf-3.6-full-planted7.5-dense.json 
 # from the other leases.
 PYTHONPATH=src python3 $H/cross_lease.py > $C/cross-lease.md
 # The gate's floor and k swept over the same runs.
-{ echo "# Gate settings swept over H200 runs 3-6 (perf_baselines/h200/gate_sweep.py)"; echo
+{ echo "# Gate settings swept over H200 runs 3-6 (docs/perf-study/h200/gate_sweep.py)"; echo
   PYTHONPATH=src python3 $H/gate_sweep.py; } > $C/gate-sweep.md
-echo "written: $B/triton-3.{4,6,8}.json, $B/reports/, $C/"
+echo "written: $B/triton-3.{4,6,8}.json, $S/reports/, $C/"

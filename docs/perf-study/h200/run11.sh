@@ -2,7 +2,7 @@
 # H200 x2, run 11 (lease "L11"): the golden toolchain (Triton 3.4.0, carried bundle) on the full
 # set, once alone on each GPU. Until now its baseline came from one lease (run 3), so it knew
 # nothing of the shapes that move between machines. Sent as
-#   MHA_CI_COMMIT=<sha> bash perf_baselines/h200/run11.sh   carry: [.bundles34, perf_inputs]   kind: nvidia-h200-x2
+#   MHA_CI_COMMIT=<sha> bash docs/perf-study/h200/run11.sh   carry: [.bundles34, perf_inputs]   kind: nvidia-h200-x2
 set -u
 export PYTHONUNBUFFERED=1 MHA_CI_COMMIT=${MHA_CI_COMMIT:-unknown}
 R=/tmp/res11; rm -rf $R; mkdir -p $R

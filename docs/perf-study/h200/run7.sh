@@ -2,7 +2,7 @@
 # H200 x2, run 7: the planted-slowdown check with the spin's fixed cost measured behind a real
 # kernel, and a planted shape never left without its spin (run 5 subtracted 2.05 us measured
 # between bare events: 5 % realised 3.2 % on 70 us shapes and nothing under 41 us). Sent as
-#   MHA_CI_COMMIT=<sha> bash perf_baselines/h200/run7.sh   carry: [perf_inputs]   kind: nvidia-h200-x2 (or nvidia-h200: GPU0's part only)
+#   MHA_CI_COMMIT=<sha> bash docs/perf-study/h200/run7.sh   carry: [perf_inputs]   kind: nvidia-h200-x2 (or nvidia-h200: GPU0's part only)
 # Run 8 is the same script at commit da4b9cd, whose plant was corrected per shape by a planted
 # pilot rep (run 7's realised 2.3-3.9 % on power-bound prefill shapes of GPU1); that made it
 # worse and was taken back (see measure_shape): RUN=8 bash ... . Run 9 is run 7's plant again,
