@@ -81,6 +81,11 @@ def ensure_image(client, spec: ImageSpec, *, force: bool = False, build: bool = 
     tag = spec.reference()
     existing = None if force else _existing(client, tag)
     if existing is None and not force and registry() != LOCAL_REGISTRY:
+        # Same content digest built here before without a registry: the same image, named anew.
+        existing = _retagged(client, spec.reference(LOCAL_REGISTRY), tag)
+        if existing is not None:
+            return BuiltImage(tag, existing.id, spec.base_image, _base_digest_of(existing), False,
+                              time.monotonic() - t0)
         existing = pull(client, tag, log)
         if existing is not None:
             return BuiltImage(tag, existing.id, spec.base_image, _base_digest_of(existing), False,
@@ -113,6 +118,15 @@ def _existing(client, tag: str):
         return client.images.get(tag)
     except docker.errors.ImageNotFound:
         return None
+
+
+def _retagged(client, local_name: str, reference: str):
+    image = _existing(client, local_name)
+    if image is None:
+        return None
+    repository, tag = reference.rsplit(":", 1)
+    image.tag(repository, tag)
+    return client.images.get(reference)
 
 
 def pull(client, reference: str, log=print):
