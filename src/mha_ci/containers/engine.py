@@ -79,20 +79,11 @@ def ensure_image(client, spec: ImageSpec, *, force: bool = False, build: bool = 
     registry (when one is configured), else built (when `build`); force: always build."""
     t0 = time.monotonic()
     tag = spec.reference()
-    existing = None if force else _existing(client, tag)
-    if existing is None and not force and registry() != LOCAL_REGISTRY:
-        # Same content digest built here before without a registry: the same image, named anew.
-        existing = _retagged(client, spec.reference(LOCAL_REGISTRY), tag)
-        if existing is not None:
-            return BuiltImage(tag, existing.id, spec.base_image, _base_digest_of(existing), False,
-                              time.monotonic() - t0)
-        existing = pull(client, tag, log)
-        if existing is not None:
-            return BuiltImage(tag, existing.id, spec.base_image, _base_digest_of(existing), False,
-                              time.monotonic() - t0, pulled=True)
-    if existing is not None:
-        return BuiltImage(tag, existing.id, spec.base_image, _base_digest_of(existing), False,
-                          time.monotonic() - t0)
+    if not force:
+        found, pulled = _here_or_pulled(client, spec, tag, log)
+        if found is not None:
+            return BuiltImage(tag, found.id, spec.base_image, _base_digest_of(found), False,
+                              time.monotonic() - t0, pulled=pulled)
     if not build:
         raise EnvironmentProblem(f"image {tag} is neither here nor in its registry: build it with "
                                  f"`python -m mha_ci.containers build --toolchain {spec.toolchain} "
@@ -106,7 +97,7 @@ def ensure_image(client, spec: ImageSpec, *, force: bool = False, build: bool = 
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         existing = None if force else _existing(client, tag)
         if existing is not None:
-            return BuiltImage(tag, existing.id, spec.base_image, image_digest(base), False,
+            return BuiltImage(tag, existing.id, spec.base_image, _base_digest_of(existing), False,
                               time.monotonic() - t0)
         return _build_locked(client, spec, base, tag, t0, log)
 
@@ -120,13 +111,19 @@ def _existing(client, tag: str):
         return None
 
 
-def _retagged(client, local_name: str, reference: str):
-    image = _existing(client, local_name)
-    if image is None:
-        return None
-    repository, tag = reference.rsplit(":", 1)
-    image.tag(repository, tag)
-    return client.images.get(reference)
+def _here_or_pulled(client, spec: ImageSpec, reference: str, log):
+    """(image, pulled): the image under `reference` on this machine, else (with a registry set)
+    the same content digest built here under the local name and tagged anew, else pulled;
+    (None, False) when none of these has it."""
+    image = _existing(client, reference)
+    if image is not None or registry() == LOCAL_REGISTRY:
+        return image, False
+    local = _existing(client, spec.reference(LOCAL_REGISTRY))
+    if local is not None:
+        local.tag(*reference.rsplit(":", 1))
+        return client.images.get(reference), False
+    image = pull(client, reference, log)
+    return image, image is not None
 
 
 def pull(client, reference: str, log=print):
