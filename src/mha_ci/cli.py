@@ -2,17 +2,22 @@
 
 Every command except `validate` itself validates pipelines/ first (through load_pipeline), and
 every failure leaves through an MhaCiError so the exit code follows the contract in errors.py.
+Anything else is a bug in mha-ci, not a verdict on the code under test: it leaves with exit 4,
+one line naming the exception, and the traceback in a file (mha_ci.crash).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+import tempfile
 from pathlib import Path
 
-from mha_ci.errors import ExitCode, MhaCiError
+from mha_ci.crash import on_sigterm, report_crash
+from mha_ci.errors import ConfigError, ExitCode, MhaCiError, interruption
 
 COMMANDS = ("validate", "plan", "run", "perf", "checksums", "export")
+OUT_IS_A_FILE = ("merge", "combine")      # `perf merge/combine --out FILE`; every other --out is a folder
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -22,6 +27,21 @@ def find_root(start: Path | None = None) -> Path:
         if (folder / "pipelines").is_dir() and (folder / "containers").is_dir():
             return folder
     raise MhaCiError(f"no pipelines/ folder found in {here} or above; run mha-ci inside the checkout or pass --root")
+
+
+def check_out(out: Path, *, is_file: bool = False) -> None:
+    """Refuse an --out that cannot take the output before any work is done (exit 2), rather than
+    failing on the first write after minutes of measuring."""
+    folder = out.parent if is_file else out
+    if is_file and out.is_dir():
+        raise ConfigError(f"--out {out} is a folder; this command writes one file there", key="--out")
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--out {folder} is a file, not a folder", key="--out")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as exc:
+        raise ConfigError(f"--out {folder}: cannot write there: {exc.strerror or exc}", key="--out") from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,12 +63,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        args.root = (args.root.resolve() if args.root else find_root())
-        return int(args.handler(args))
-    except MhaCiError as exc:
-        print(f"mha-ci: {exc}", file=sys.stderr)
-        return int(exc.exit_code)
-    except KeyboardInterrupt:
-        print("mha-ci: interrupted", file=sys.stderr)
-        return 130
+    with on_sigterm():
+        try:
+            args.root = (args.root.resolve() if args.root else find_root())
+            if getattr(args, "out", None) is not None:
+                check_out(args.out, is_file=getattr(args, "perf_command", None) in OUT_IS_A_FILE)
+            return int(args.handler(args))
+        except MhaCiError as exc:
+            print(f"mha-ci: {exc}", file=sys.stderr)
+            return int(exc.exit_code)
+        except KeyboardInterrupt as exc:
+            name, code = interruption(exc)
+            print(f"mha-ci: interrupted ({name}): no verdict", file=sys.stderr)
+            return code
+        except Exception as exc:
+            print(f"mha-ci: {report_crash(exc, getattr(args, 'out', None))}", file=sys.stderr)
+            return int(ExitCode.INTERNAL_ERROR)

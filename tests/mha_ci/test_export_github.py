@@ -113,12 +113,46 @@ def test_no_pull_request_target_and_pr_triggers(generated):
     for path in (generated / ".github/workflows").glob("*.yml"):
         assert "pull_request_target" not in path.read_text()
     pr = workflows(generated)["pr.yml"]
-    assert pr["on"] == {"pull_request": {"types": ["opened", "synchronize", "reopened", "labeled"]}}
-    assert "github.event.pull_request.draft == false" in pr["jobs"]["plan"]["if"]
+    # ready_for_review: marking a draft ready starts the run (the CI guide says so)
+    assert pr["on"] == {"pull_request": {"types": ["opened", "synchronize", "reopened", "ready_for_review", "labeled"]}}
+    # Only drafts skip the plan: a label event cancels the run in progress (same concurrency group),
+    # so its replacement must plan, whatever the label.
+    assert pr["jobs"]["plan"]["if"] == "github.event.pull_request.draft == false"
     assert pr["concurrency"] == {"group": "pr-${{ github.event.pull_request.number }}", "cancel-in-progress": True}
     changed = next(s for _, s in run_scripts(pr) if s.get("name") == "Changed files")
     assert changed["env"] == {"BASE_SHA": "${{ github.event.pull_request.base.sha }}"}
-    assert 'git diff --name-only "$BASE_SHA"...HEAD' in changed["run"]
+    # -z: unquoted names (a quoted "caf\303\251.md" matches no rule)
+    assert 'git diff --name-only -z "$BASE_SHA"...HEAD > changed.txt' in changed["run"]
+
+
+def test_self_hosted_runners_never_run_a_fork(generated):
+    """Fork policy (CI guide): a pr.yml job that can land on a self-hosted runner runs only when the
+    head branch is this repository's; the gate then names the missing jobs as withheld."""
+    pipeline = load_pipeline(generated)
+    pr = workflows(generated)["pr.yml"]
+    same = "github.event.pull_request.head.repo.full_name == github.repository"
+    for group in ("cpu", "gpu"):
+        archs = [a for a in pipeline.archs.values() if (a.device == "none") == (group == "cpu")]
+        if any("self-hosted" in a.runner_labels for a in archs):
+            assert pr["jobs"][group]["if"].endswith(f"&& {same}"), group
+    assert same in pr["jobs"]["gpu"]["if"]          # GPUs are self-hosted in pipelines/archs.yaml
+    step = pr["jobs"]["gate"]["steps"][-1]
+    assert step["env"]["SAME_REPOSITORY"] == "${{ " + same + " }}"
+    assert '--same-repository "$SAME_REPOSITORY"' in step["run"]
+    assert "pull_request_target" not in json.dumps(pr)
+
+
+def test_self_hosted_cpu_runners_are_held_to_the_fork_policy_too(pipeline_root):
+    archs = pipeline_root / "pipelines" / "archs.yaml"
+    archs.write_text(archs.read_text().replace("runner_labels: [ubuntu-latest]", "runner_labels: [self-hosted, linux, cpu]"))
+    cpu = github.pr_workflow(load_pipeline(pipeline_root))["jobs"]["cpu"]
+    assert cpu["if"].endswith("github.event.pull_request.head.repo.full_name == github.repository")
+
+
+def test_ci_checks_the_generated_workflows(generated):
+    for name in ("pr.yml", "main.yml"):
+        plan = workflows(generated)[name]["jobs"]["plan"]
+        assert any(step.get("run") == "mha-ci export github --check" for step in plan["steps"]), name
 
 
 def test_permissions_are_minimal(generated):
@@ -145,7 +179,12 @@ def test_actions_are_pinned(generated):
         for job in workflow["jobs"].values():
             for step in job["steps"]:
                 if "uses" in step:
-                    assert re.fullmatch(r"[\w-]+/[\w-]+@(v\d+|[0-9a-f]{40})", step["uses"]), step["uses"]
+                    # a full commit SHA: a tag can be moved to other code
+                    assert re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
+    for path in (generated / ".github/workflows").glob("*.yml"):
+        for line in path.read_text().splitlines():
+            if "uses: " in line:
+                assert re.search(r"@[0-9a-f]{40}  # v\d+\.\d+\.\d+$", line), line   # the release, for review
 
 
 def test_every_arch_runner_labels_appear(generated):

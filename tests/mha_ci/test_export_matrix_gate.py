@@ -116,7 +116,9 @@ def test_gate_fails_on_a_missing_or_failed_job(tmp_path, plan_file, break_it, wh
 
 
 def test_gate_on_a_skipped_or_failed_plan(tmp_path, plan_file):
-    assert gate.run_gate(tmp_path / "absent.json", tmp_path, plan_result="skipped")[0] == 0
+    # skipped = a draft: no verdict, so never green (issue 13: a draft's gate passed)
+    code, lines = gate.run_gate(tmp_path / "absent.json", tmp_path, plan_result="skipped")
+    assert code == 1 and "ready for review" in lines[-1]
     assert gate.run_gate(plan_file, tmp_path, plan_result="failure")[0] == 1
     assert gate.run_gate(tmp_path / "absent.json", tmp_path, plan_result="success")[0] == 1
 
@@ -126,3 +128,12 @@ def test_gate_command_appends_to_the_step_summary(tmp_path, plan_file):
     summary.write_text("before\n")
     assert gate.main(["--plan", str(plan_file), "--artifacts", str(tmp_path / "none"), "--summary", str(summary)]) == 1
     assert summary.read_text().startswith("before\n## CI gate")
+
+
+def test_gate_names_jobs_withheld_from_a_fork(tmp_path, plan_file):
+    artifacts = tmp_path / "a"
+    result_artifact(artifacts, PLAN["jobs"][0]["id"])
+    code, lines = gate.run_gate(plan_file, artifacts, same_repository=False)
+    assert code == 1
+    assert any(PLAN["jobs"][1]["id"] in line and "withheld" in line and "fork" in line for line in lines), lines
+    assert gate.main(["--plan", str(plan_file), "--artifacts", str(artifacts), "--same-repository", "false"]) == 1

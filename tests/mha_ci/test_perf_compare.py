@@ -50,8 +50,16 @@ def test_invalid_when_noisy_missing_or_failed():
     assert v[B].status == "invalid" and "candidate failed" in v[B].reason
     assert v[C].status == "invalid" and v[C].reason == "not measured in the candidate"
     assert v[D].status == "invalid" and v[D].reason == "no baseline for this shape"
-    assert c.summary["invalid"] == 4 and not c.gate_failed     # invalid alone does not fail...
-    assert compare(base, cand, GatePolicy(fail_on_invalid=True)).gate_failed   # ...unless asked to
+    assert c.summary["invalid"] == 4
+    # a failed or missing candidate measurement is broken and fails the gate, naming the shape...
+    assert [v.key for v in c.broken] == [B, C] and c.gate_failed
+    assert c.failures == [f"broken measurement: {B}: candidate failed: RuntimeError: launch failed",
+                          f"broken measurement: {C}: not measured in the candidate"]
+    # ...a noisy shape and a shape new to the candidate do not...
+    quiet = compare(doc([entry(A, 100.0, noise=6.0)]), doc([entry(A, 100.0), entry(D, 10.0)]), POLICY)
+    assert quiet.summary["invalid"] == 2 and not quiet.gate_failed
+    assert compare(doc([entry(A, 100.0, noise=6.0)]), doc([entry(A, 100.0)]),      # ...unless asked to
+                   GatePolicy(fail_on_invalid=True)).gate_failed
 
 
 def test_subset_candidate_does_not_count_unmeasured_baseline_shapes():

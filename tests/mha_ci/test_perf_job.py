@@ -71,6 +71,13 @@ def test_perf_job_passes_fails_and_reports(checkout, tmp_path, monkeypatch):
     slow = FakeExecutor(us=lambda key, tc: 150.0 if key == keys[0] else 100.0)
     result = perf_job.run_job(job, pipeline, slow, tmp_path / "o2")
     assert result.verdict == "fail" and result.exit_code == 1 and result.details["regressions"] == [keys[0]]
+    # a NaN or non-positive time is a broken measurement: the job fails, naming shape and reason
+    broken = FakeExecutor(us=lambda key, tc: {keys[0]: float("nan"), keys[1]: 0.0}.get(key, 100.0))
+    result = perf_job.run_job(job, pipeline, broken, tmp_path / "o3")
+    assert result.verdict == "fail" and result.exit_code == 1
+    assert result.details["broken"] == [{"key": k, "reason": r} for k, r in sorted(
+        [(keys[0], "candidate time is not a number: nan"), (keys[1], "candidate time is not positive: 0.0")])]
+    assert f"broken measurement: {min(keys[:2])}" in result.message
 
 
 def test_payload_environment_problem_is_exit_3(checkout, tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mha_ci.cli import main
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
 from mha_ci.model.loader import load_pipeline
 from mha_ci.perf.compare import GatePolicy
@@ -27,7 +28,7 @@ KEYS = ("dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1", "dense_b1_hq64_hk8_sq81
 
 
 def perf_doc(toolchain: str, means=(500.0, 1900.0), noise=2.0, gpu="NVIDIA H200", arch="sm90",
-             stall=None, versions=None, subset="full", error_key=None) -> dict:
+             stall=None, versions=None, subset="full", error_key=None, pins_checked=True) -> dict:
     results = []
     for key, mean in zip(KEYS, means):
         if key == error_key:
@@ -38,7 +39,9 @@ def perf_doc(toolchain: str, means=(500.0, 1900.0), noise=2.0, gpu="NVIDIA H200"
                                   "noise_pct": noise, "reps": 5, "dispatches": 40, "stall": stall}, "error": None})
     return {"schema": "mha-ci.perf/1",
             "provenance": {"gpu": gpu, "arch": arch, "driver": "580.1", "toolchain": toolchain,
-                           "versions": versions or PINS[toolchain], "kernel": "mha", "commit": "abc", "date": "2026-11-29"},
+                           "versions": versions or PINS[toolchain], "kernel": "mha", "commit": "abc", "date": "2026-11-29",
+                           "pins_checked": pins_checked,
+                           "pin_mismatches": [] if pins_checked else ["toolchain t pins torch==2.8.0 but the environment has torch 2.11.0"]},
             "method": {"warmup": 10, "dispatches": 40, "reps": 5, "trim": [10, 10]},
             "selection": {"subset": subset, "count": len(results)}, "results": results}
 
@@ -127,19 +130,21 @@ def test_nothing_moved_makes_no_branch_unless_asked(repo, scratch):
 
 
 @pytest.mark.parametrize("doc, exit_code, reason", [
-    (perf_doc("triton-3.4", stall={"us": 2100.0, "ratio": 4.2}), ExitCode.GATE_FAILED, "stalled (2100.0 us, 4.2x the median)"),
+    (perf_doc("triton-3.4", stall={"worst_us": 2100.0, "ratio": 4.2}), ExitCode.GATE_FAILED, "stalled (2100.0 us, 4.2x the median)"),
     (perf_doc("triton-3.4", noise=7.5), ExitCode.GATE_FAILED, "noise 7.5 % > refresh.max_noise_pct 5.0 %"),
     (perf_doc("triton-3.4", error_key=KEYS[1]), ExitCode.GATE_FAILED, "failed to run: launch failed"),
     (perf_doc("triton-3.4", subset="pr"), ExitCode.GATE_FAILED, "measured the 'pr' subset"),
     ({"schema": "mha-ci.perf/0"}, ExitCode.GATE_FAILED, "not a mha-ci.perf/1 document"),
     (perf_doc("triton-3.4", gpu="NVIDIA H100 80GB HBM3"), ExitCode.ENVIRONMENT_ERROR,
-     "GPU 'NVIDIA H100 80GB HBM3' differs from the stored baseline's 'NVIDIA H200'"),
+     "not comparable with the stored baseline: different GPU: baseline 'NVIDIA H200', candidate 'NVIDIA H100 80GB HBM3'"),
     (perf_doc("triton-3.4", arch="gfx950"), ExitCode.ENVIRONMENT_ERROR, "measured on arch 'gfx950', not 'sm90'"),
     (perf_doc("triton-3.8", versions=PINS["triton-3.8"]) | {}, ExitCode.ENVIRONMENT_ERROR,
      "measured with toolchain 'triton-3.8', not 'triton-3.4'"),
     (perf_doc("triton-3.4", versions={"torch": "2.13.0+cu130", "triton": "3.6.0"}), ExitCode.ENVIRONMENT_ERROR,
      "triton '3.6.0' measured, '3.4.0' pinned"),
-], ids=["stall", "noise", "failed-shape", "subset", "schema", "gpu", "arch", "toolchain", "pin"])
+    (perf_doc("triton-3.4", pins_checked=False), ExitCode.ENVIRONMENT_ERROR,
+     "an unpinned measurement (toolchain t pins torch==2.8.0 but the environment has torch 2.11.0) does not refresh"),
+], ids=["stall", "noise", "failed-shape", "subset", "schema", "gpu", "arch", "toolchain", "pin", "unpinned"])
 def test_refuses_an_invalid_measurement_and_writes_nothing(repo, scratch, doc, exit_code, reason):
     before = snapshot(repo)
     with pytest.raises(RefreshRefused) as refused:
@@ -152,7 +157,7 @@ def test_refuses_an_invalid_measurement_and_writes_nothing(repo, scratch, doc, e
 
 
 def test_reports_every_toolchains_problems_at_once(repo, scratch):
-    docs = {"triton-3.4": perf_doc("triton-3.4", noise=9.0), "triton-3.8": perf_doc("triton-3.8", stall={"us": 1, "ratio": 5})}
+    docs = {"triton-3.4": perf_doc("triton-3.4", noise=9.0), "triton-3.8": perf_doc("triton-3.8", stall={"worst_us": 1, "ratio": 5})}
     with pytest.raises(RefreshRefused) as refused:
         run(repo, docs, scratch)
     assert any(r.startswith("sm90/triton-3.4") for r in refused.value.reasons)
@@ -237,3 +242,36 @@ def test_policy_comes_from_pipelines_perf_yaml(repo):
     policy = RefreshPolicy.from_pipelines(repo)
     assert policy.max_noise_pct == raw["refresh"]["max_noise_pct"]
     assert policy.gate.floor_pct == raw["gate"]["floor_pct"] and policy.gate.k == raw["gate"]["k"]
+
+
+def test_an_unpinned_measurement_refreshes_only_when_asked_and_stays_marked(repo, scratch):
+    docs = {"triton-3.4": perf_doc("triton-3.4", means=(600.0, 1900.0), pins_checked=False)}
+    result = run(repo, docs, scratch, toolchains=["triton-3.4"], allow_unpinned=True)
+    assert result.status == "committed"
+    stored = json.loads(git(repo, "show", f"{BRANCH_34}:perf_baselines/sm90/triton-3.4.json"))
+    assert stored["provenance"]["pins_checked"] is False and stored["provenance"]["pin_mismatches"]
+
+
+def test_a_torch_release_other_than_the_pin_is_no_refusal(repo, scratch):
+    # torch launches the Triton kernels but compiles none of them (mha_ci.perf.comparable)
+    docs = {"triton-3.4": perf_doc("triton-3.4", means=(600.0, 1900.0),
+                                   versions={"torch": "2.11.0+cu130", "triton": "3.4.0"})}
+    assert run(repo, docs, scratch, toolchains=["triton-3.4"]).status == "committed"
+
+
+def test_refresh_refuses_a_working_tree_that_is_not_head(repo, scratch, capsys):
+    """Its baselines are stored as HEAD's: measuring uncommitted code would misattribute them."""
+    toolchains = repo / "pipelines" / "toolchains.yaml"
+    toolchains.write_text(toolchains.read_text() + "\n# an uncommitted edit\n")
+    code = main(["--root", str(repo), "perf", "refresh", "--arch", "sm90", "--executor", "host",
+                 "--out", str(scratch / "out")])
+    assert code == ExitCode.CONFIG_ERROR
+    assert "differs from HEAD in 1 tracked file(s) (pipelines/toolchains.yaml)" in capsys.readouterr().err
+
+
+def test_a_stall_seen_only_in_max_us_is_refused(repo, scratch):
+    doc = perf_doc("triton-3.4")
+    doc["results"][0]["stats"]["max_us"] = 500.0 * 5000      # no `stall` field, as another tool writes it
+    with pytest.raises(RefreshRefused) as refused:
+        run(repo, {"triton-3.4": doc}, scratch, toolchains=["triton-3.4"])
+    assert any("stalled (2500000.0 us, 5000.0x the median)" in r for r in refused.value.reasons), refused.value.reasons

@@ -10,8 +10,8 @@
     mha-ci perf combine   RUN.json RUN.json ... --out FILE
     mha-ci perf refresh   [--arch A] [--toolchain T ...] [--executor E] [--out D] [--always]
 
-Exit codes: compare/measure --interleave/--against 1 when the gate fails (a regression, or two documents
-that must not be compared); calibrate 1 when the gate misses a bar of perf.yaml's `calibration`
+Exit codes: compare/measure --interleave/--against 1 when the gate fails (a regression, a missing,
+failed, NaN or non-positive measurement, or two documents that must not be compared); calibrate 1 when the gate misses a bar of perf.yaml's `calibration`
 (or the runs must not be compared); 2 bad files or options; 3 no device or a pin mismatch.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ import os
 import sys
 from pathlib import Path
 
+from mha_ci.commands.run import add_pins_option, check_pins_option
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
 
 
@@ -54,6 +55,7 @@ def register(sub) -> None:
     p.add_argument("--against", metavar="REF",
                    help="also measure the kernel (src/mha) of git REF, same toolchain and GPU, taking turns "
                         "shape by shape with the working tree, and gate the working tree against it")
+    add_pins_option(p)
     p.set_defaults(handler=cmd_measure)
 
     p = cmds.add_parser("compare", help="classify every shape of CAND against BASE (exit 1 on regression)")
@@ -88,6 +90,7 @@ def register(sub) -> None:
     p.add_argument("--executor", choices=("venv", "docker", "host"), default="venv")
     p.add_argument("--out", type=Path, help="output folder (default: <root>/out/refresh)")
     p.add_argument("--always", action="store_true", help="make the branch even when nothing moved")
+    add_pins_option(p)
     p.set_defaults(handler=cmd_refresh)
 
 
@@ -124,6 +127,7 @@ def cmd_measure(args) -> int:
     from mha_ci.perf.config import gate_policy, load_perf_file
     from mha_ci.perf.job import measure_interleaved, measure_lockstep, measure_repeated, write_inputs
 
+    check_pins_option(args)
     pipeline = load_pipeline(args.root)
     toolchain = args.toolchain or _golden(pipeline)
     arch = args.arch or _local_arch(pipeline)
@@ -132,7 +136,7 @@ def cmd_measure(args) -> int:
         return _measure_against(args, pipeline, toolchain, arch, out_dir)
     rel = f"perf-{arch}-{toolchain}" + (f"-vs-{args.interleave}" if args.interleave else "")
     _, _, count = write_inputs(args.root, out_dir / rel, args.subset, args.shape)
-    executor = make_executor(args.executor, args.root)
+    executor = make_executor(args.executor, args.root, pin_mode=args.pins)
     print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}"
           + (f" interleaved with {args.interleave} " + (f"in {args.chunks} chunks" if args.chunks else "per shape")
              if args.interleave else ""),
@@ -186,8 +190,8 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
     base_root = out_dir / rel / "base-checkout"
     materialise(args.root, sha, base_root)
     # One venv (or image) for both sides: the toolchain is the same, only the kernel differs.
-    executors = (make_executor(args.executor, base_root, cache=cache_root(args.root)),
-                 make_executor(args.executor, args.root))
+    executors = (make_executor(args.executor, base_root, cache=cache_root(args.root), pin_mode=args.pins),
+                 make_executor(args.executor, args.root, pin_mode=args.pins))
     head = os.environ.get("MHA_CI_COMMIT") or git_commit(args.root)
     print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}: the kernel of "
           f"{args.against} ({sha[:12]}) and of the working tree, taking turns per shape", file=sys.stderr)
@@ -270,14 +274,23 @@ def cmd_refresh(args) -> int:
     from mha_ci.commands.run import make_executor
     from mha_ci.model.loader import load_pipeline
     from mha_ci.perf.job import measure_full
+    from mha_ci.refresh.branch import uncommitted
     from mha_ci.refresh.core import refresh
 
     pipeline = load_pipeline(args.root)
+    # A baseline is stored as the measurement of HEAD: measuring other code would misattribute it.
+    changed = uncommitted(args.root)
+    if changed:
+        raise ConfigError(f"the working tree differs from HEAD in {len(changed)} tracked file(s) "
+                          f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); a baseline is measured "
+                          "from a commit: commit or stash them first")
     arch = args.arch or _local_arch(pipeline)
     out_dir = (args.out or args.root / "out" / "refresh").resolve()
-    executor = make_executor(args.executor, args.root)
+    check_pins_option(args)
+    executor = make_executor(args.executor, args.root, pin_mode=args.pins)
     result = refresh(pipeline, arch, measure_full(executor, pipeline, out_dir, f"measure-{arch}"),
-                     out_dir=out_dir, toolchains=args.toolchain, always=args.always)
+                     out_dir=out_dir, toolchains=args.toolchain, always=args.always,
+                     allow_unpinned=args.pins == "record")
     print(f"mha-ci perf refresh: {result.status}" + (f" on branch {result.branch}" if result.branch else ""),
           file=sys.stderr)
     return ExitCode.OK

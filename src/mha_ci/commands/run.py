@@ -33,6 +33,7 @@ def register(sub) -> None:
                                    "summary.md, results.json and junit/ to the output folder.")
     p.add_argument("--job", dest="jobs", action="append", metavar="ID", help="run this job (repeatable)")
     p.add_argument("--executor", choices=EXECUTORS, default="venv", help="where payloads run (default: venv)")
+    add_pins_option(p)
     p.add_argument("--out", type=Path, default=None, help="output folder (default: <root>/out)")
     p.add_argument("--labels", help="comma-separated pull-request labels")
     p.add_argument("--changed-files", type=Path, help="file listing changed paths, one a line")
@@ -46,6 +47,7 @@ def handle(args) -> int:
     from mha_ci.plan.events import build_event
     from mha_ci.plan.policy import plan
 
+    check_pins_option(args)
     pipeline = load_pipeline(args.root)
     event = build_event(kind=args.event, github_event=args.github_event, changed_files=args.changed_files,
                         labels=args.labels)
@@ -55,7 +57,7 @@ def handle(args) -> int:
     out_dir = (args.out if args.out is not None else args.root / "out").resolve()
     for entry in not_run:
         print(f"mha-ci: {entry.id}: not run: {entry.reason}", file=sys.stderr)
-    executor = make_executor(args.executor, args.root)
+    executor = make_executor(args.executor, args.root, pin_mode=args.pins)
     skipped = [] if args.jobs else list(the_plan.skipped)
     report = run_jobs(runnable, pipeline, executor, out_dir, not_run=not_run, skipped=skipped)
     print(f"mha-ci: {len(report.results)} job(s) ran, {len(not_run)} not run; "
@@ -101,15 +103,28 @@ def split_by_device(pipeline, jobs: list[PlannedJob], devices: frozenset[str], *
     return runnable, not_run
 
 
-def make_executor(name: str, root: Path, *, cache: Path | None = None):
+def add_pins_option(parser) -> None:
+    parser.add_argument("--pins", choices=("enforce", "record"), default="enforce",
+                        help="enforce (default): a payload whose versions differ from the lock stops with exit 3; "
+                             "record (host executor only): run what is installed, record every mismatch and "
+                             "mark every result unpinned (a GPU host that cannot install the locks)")
+
+
+def check_pins_option(args) -> None:
+    if args.pins == "record" and args.executor != "host":
+        raise ConfigError(f"--pins record needs --executor host: the {args.executor} executor installs the "
+                          "lock itself, so its pins always hold", key="--pins")
+
+
+def make_executor(name: str, root: Path, *, cache: Path | None = None, pin_mode: str = "enforce"):
     """`cache`: where the venv executor keeps its venvs, when not under `root` (a base checkout
-    made for `perf measure --against` shares the working tree's)."""
+    made for `perf measure --against` shares the working tree's). `pin_mode`: host only."""
     if name == "venv":
         from mha_ci.executors.venv import VenvExecutor
         return VenvExecutor(root, cache=cache)
     if name == "host":
         from mha_ci.executors.host import HostExecutor
-        return HostExecutor(root)
+        return HostExecutor(root, pin_mode=pin_mode)
     try:
         module = importlib.import_module("mha_ci.executors.docker")   # needs the docker SDK: lazily
     except ImportError as exc:

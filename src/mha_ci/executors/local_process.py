@@ -36,12 +36,14 @@ PAYLOAD_ENVIRONMENT_EXIT = 3
 TAIL_LINES = 60
 
 
-def payload_environment(payload: PayloadRun, root: Path, pin_mode: str = "enforce") -> dict[str, str]:
+def payload_environment(payload: PayloadRun, root: Path, pin_mode: str = "enforce",
+                        keep_pythonpath: bool = False) -> dict[str, str]:
     env = {name: os.environ[name] for name in PASSTHROUGH if name in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.setdefault("LANG", "C.UTF-8")
     env.update(payload.env)
-    env["PYTHONPATH"] = str(root / "src")
+    inherited = os.environ.get("PYTHONPATH") if keep_pythonpath else None
+    env["PYTHONPATH"] = str(root / "src") + (os.pathsep + inherited if inherited else "")
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"     # the checkout may be read-only (docker mounts it so)
     env["MHA_CI_OUT"] = str(payload.out_dir)
@@ -52,14 +54,14 @@ def payload_environment(payload: PayloadRun, root: Path, pin_mode: str = "enforc
 
 def run_python_payload(python: str, payload: PayloadRun, root: Path, *, executor: str,
                        pin_mode: str = "enforce", stream: TextIO | None = None,
-                       provenance: dict | None = None) -> PayloadResult:
+                       provenance: dict | None = None, keep_pythonpath: bool = False) -> PayloadResult:
     """Run `python -m mha_ci.payloads.<module> args`, streaming its output as it comes with the
     job's prefix at the start of every line. Exit 3 of a payload is an environment problem and raises EnvironmentProblem
     carrying the payload's last lines (the pin check names pin and installed version there)."""
     stream = stream or sys.stderr
     payload.out_dir.mkdir(parents=True, exist_ok=True)
     cmd = [python, "-m", f"mha_ci.payloads.{payload.module}", *payload.args]
-    env = payload_environment(payload, root, pin_mode)
+    env = payload_environment(payload, root, pin_mode, keep_pythonpath)
     prefix = f"[{payload.log_prefix}] " if payload.log_prefix else ""
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     started = time.monotonic()
@@ -109,7 +111,8 @@ def run_python_payload(python: str, payload: PayloadRun, root: Path, *, executor
         raise
     reader.join(timeout=10)
     wall = time.monotonic() - started
-    result_provenance = {"executor": executor, "python": python, "wall_s": round(wall, 3), **(provenance or {})}
+    result_provenance = {"executor": executor, "python": python, "wall_s": round(wall, 3), "pin_mode": pin_mode,
+                         **(provenance or {})}
     if timed_out:
         return PayloadResult(exit_code=proc.returncode if proc.returncode is not None else -9, timed_out=True,
                              error=f"timed out after {payload.timeout_s:g} s", provenance=result_provenance)

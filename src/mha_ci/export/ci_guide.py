@@ -62,8 +62,20 @@ def render(pipeline: Pipeline) -> str:
         lines.append("- When every changed path is documentation, the jobs stay on "
                      f"{', '.join(pr.documentation_only_archs)} only.")
     lines += [
-        "- A new push cancels the run of the previous one. The `gate` check fails unless every planned "
-        "job left a passing result.",
+        "- A new push cancels the run of the previous one, and so does adding a label (any label: the "
+        "replacement run plans again, so a cancelled run never leaves a green gate behind). The `gate` check "
+        "fails unless every planned job of a non-draft pull request left a passing result; a draft's gate "
+        "is red until it is marked ready.",
+        "- A job that was cancelled or interrupted (SIGTERM, Ctrl-C) records `interrupted` and exits 143 / "
+        "130, never a pass; a crash of mha-ci itself exits 4 with the traceback in a file.",
+        "",
+        "### Fork pull requests",
+        "",
+        "Self-hosted runners (the GPU machines) never run a fork's code: on a pull request from a fork, "
+        "jobs on self-hosted runners are withheld, the GitHub-hosted ones run, and the `gate` names the "
+        "withheld jobs and stays red. To run them, a maintainer reviews the change and pushes it to a "
+        "branch of this repository (its pull request then runs everything). The workflows use "
+        "`pull_request`, never `pull_request_target`, so fork code never sees a write token.",
         "",
         "### Labels",
         "",

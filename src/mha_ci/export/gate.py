@@ -35,9 +35,15 @@ def artifact_name(job_id: str) -> str:
     return f"{ARTIFACT_PREFIX}{job_id}"
 
 
-def check_job(job_id: str, artifacts: Path) -> JobCheck:
+WITHHELD_FROM_FORKS = ("withheld: the pull request comes from a fork, and self-hosted runners run only "
+                       "branches of this repository (CI guide: fork pull requests)")
+
+
+def check_job(job_id: str, artifacts: Path, same_repository: bool = True) -> JobCheck:
     folder = artifacts / artifact_name(job_id)
     if not folder.is_dir():
+        if not same_repository:
+            return JobCheck(job_id, False, f"no artifact {artifact_name(job_id)}: {WITHHELD_FROM_FORKS}")
         return JobCheck(job_id, False, f"no artifact {artifact_name(job_id)}: the job did not run or did not upload")
     code_file = folder / "exit-code"
     if not code_file.is_file():
@@ -64,11 +70,15 @@ def check_job(job_id: str, artifacts: Path) -> JobCheck:
     return JobCheck(job_id, True, "pass" + (f": {message}" if message else ""))
 
 
-def run_gate(plan_file: Path, artifacts: Path, plan_result: str = "success") -> tuple[int, list[str]]:
-    """(exit code, markdown lines) for the plan job's result and the downloaded artifacts."""
+def run_gate(plan_file: Path, artifacts: Path, plan_result: str = "success",
+             same_repository: bool = True) -> tuple[int, list[str]]:
+    """(exit code, markdown lines) for the plan job's result and the downloaded artifacts.
+
+    A skipped plan is red too: the only skip is a draft pull request, and a green gate on a run
+    that checked nothing would let it merge once marked ready if that run were lost."""
     if plan_result == "skipped":
-        return 0, ["## CI gate", "", "Nothing planned: the plan job was skipped (draft pull request, "
-                   "or a label event for a label outside the CI's prefix)."]
+        return 1, ["## CI gate", "", "No verdict: the plan job was skipped (a draft pull request runs nothing; "
+                   "marking it ready for review starts the run)."]
     if plan_result != "success":
         return 1, ["## CI gate", "", f"The plan job ended with '{plan_result}': no verdict is possible."]
     try:
@@ -76,7 +86,7 @@ def run_gate(plan_file: Path, artifacts: Path, plan_result: str = "success") -> 
         job_ids = [entry["id"] for entry in plan["jobs"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return 1, ["## CI gate", "", f"Cannot read the plan {plan_file}: {exc}"]
-    checks = [check_job(job_id, Path(artifacts)) for job_id in job_ids]
+    checks = [check_job(job_id, Path(artifacts), same_repository) for job_id in job_ids]
     failed = [c for c in checks if not c.ok]
     head = f"{len(checks) - len(failed)} of {len(checks)} planned jobs passed"
     lines = ["## CI gate", "", head, ""]
@@ -92,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--artifacts", type=Path, required=True, help="folder the workflow downloaded all artifacts to")
     parser.add_argument("--plan-result", default="success", help="needs.plan.result: success | skipped | failure | cancelled")
     parser.add_argument("--summary", type=Path, default=None, help="append the markdown table here ($GITHUB_STEP_SUMMARY)")
+    parser.add_argument("--same-repository", choices=("true", "false"), default="true",
+                        help="false for a fork's pull request: missing results are named as withheld from forks")
     args = parser.parse_args(argv)
-    code, lines = run_gate(args.plan, args.artifacts, args.plan_result)
+    code, lines = run_gate(args.plan, args.artifacts, args.plan_result, args.same_repository == "true")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.summary:

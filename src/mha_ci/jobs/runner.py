@@ -26,6 +26,9 @@ module does not exist yet only fails its own jobs), or registered directly with
 
 Nothing is lost on failure: after every job, out/jobs/<id>/result.json, out/results.json and
 out/summary.md are rewritten, so a run killed halfway leaves the results of the jobs it finished.
+While jobs are pending, results.json's status is "running" and its exit_code null: a run that
+has not finished has no verdict. A run stopped by Ctrl-C or SIGTERM is written as "interrupted"
+with exit code 130 / 143 before the interruption goes on up to the CLI.
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 import mha_ci
-from mha_ci.errors import ExitCode, MhaCiError
+from mha_ci.errors import ExitCode, MhaCiError, interruption
 from mha_ci.executors.base import Executor
 from mha_ci.jobs import JobResult
 from mha_ci.model.types import Job, PlannedJob, SkippedJob
@@ -111,21 +114,30 @@ class RunReport:
     skipped: list[SkippedJob] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)
+    interrupted: tuple[str, int] | None = None     # (signal name, exit status)
 
     @property
     def exit_code(self) -> int:
+        if self.interrupted:
+            return self.interrupted[1]
         return overall_exit_code(self.results, self.not_run)
 
+    @property
+    def status(self) -> str:
+        return "interrupted" if self.interrupted else ("running" if self.pending else "finished")
+
     def to_json(self) -> dict:
+        status = self.status
         return {
             "schema": RESULTS_SCHEMA,
-            "status": "running" if self.pending else "finished",
-            "exit_code": self.exit_code,
+            "status": status,
+            "exit_code": None if status == "running" else self.exit_code,
             "provenance": self.provenance,
             "jobs": [r.to_json() for r in self.results],
             "pending": list(self.pending),
             "not_run": [{"id": n.id, "reason": n.reason, "requested": n.requested} for n in self.not_run],
             "skipped": [{"id": s.id, "reason": s.reason} for s in self.skipped],
+            **({"interrupted_by": self.interrupted[0]} if self.interrupted else {}),
         }
 
 
@@ -168,9 +180,24 @@ def run_jobs(jobs: list[PlannedJob], pipeline, executor: Executor, out_dir: Path
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "junit").mkdir(exist_ok=True)
     report = RunReport(out_dir=out_dir, executor=executor.name, not_run=list(not_run), skipped=list(skipped),
-                       provenance=provenance or run_provenance(pipeline, executor.name),
+                       provenance=provenance or run_provenance(
+                           pipeline, executor.name, getattr(executor, "pin_mode", "enforce")),
                        pending=[p.job.id for p in jobs])
     write_reports(report, summary)
+    try:
+        _run_in_turn(jobs, pipeline, executor, report, stream, summary)
+    except KeyboardInterrupt as exc:
+        report.interrupted = interruption(exc)
+        write_reports(report, summary)
+        stream.write(f"mha-ci: interrupted by {report.interrupted[0]}; {len(report.pending)} job(s) without a "
+                     "verdict\n")
+        raise
+    return report
+
+
+def _run_in_turn(jobs: list[PlannedJob], pipeline, executor: Executor, report: RunReport, stream: TextIO,
+                 summary) -> None:
+    out_dir = report.out_dir
     for position, planned in enumerate(jobs, start=1):
         stream.write(f"mha-ci: [{position}/{len(jobs)}] {planned.job.id} ({planned.reason})\n")
         stream.flush()
@@ -184,7 +211,6 @@ def run_jobs(jobs: list[PlannedJob], pipeline, executor: Executor, out_dir: Path
         stream.write(f"mha-ci: {result.job_id}: {result.verdict.upper()} in {result.timings.get('total', 0):.1f} s"
                      f"{' - ' + result.message if result.message else ''}\n")
         stream.flush()
-    return report
 
 
 def write_reports(report: RunReport, summary_module) -> None:
@@ -198,10 +224,11 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(temp, path)
 
 
-def run_provenance(pipeline, executor: str) -> dict:
+def run_provenance(pipeline, executor: str, pin_mode: str = "enforce") -> dict:
     root = Path(pipeline.root)
     return {
         "executor": executor,
+        "pin_mode": pin_mode,
         "mha_ci": mha_ci.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),

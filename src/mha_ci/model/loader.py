@@ -99,6 +99,8 @@ def _load_toolchains(source: _Source, root: Path) -> dict[str, Toolchain]:
 def _platform_environment(source: _Source, root: Path, loc: tuple, relative: str,
                           only: tuple[str, ...]) -> PlatformEnvironment:
     lock = root / relative
+    if not lock.resolve().is_relative_to(Path(root).resolve()):   # nor read, nor quoted in the error
+        raise source.error(loc, f"lock file {relative} is outside the checkout; locks live under containers/")
     if not lock.is_file():
         raise source.error(loc, f"lock file {relative} not found (looked for {lock})")
     try:

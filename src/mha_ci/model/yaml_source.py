@@ -58,9 +58,32 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 
 
+# The largest pipelines file is a few KiB; a parse of megabytes takes minutes and gigabytes of
+# memory (PyYAML keeps every node), so anything this big is refused before it is read.
+MAX_YAML_BYTES = 1 << 20
+
+
+def read_text_file(path: Path, what: str, max_bytes: int | None = None) -> str:
+    """The UTF-8 text of `path`; unreadable, oversized or non-UTF-8 files are a ConfigError naming it."""
+    path = Path(path)
+    try:
+        if max_bytes is not None and path.stat().st_size > max_bytes:
+            raise ConfigError(f"{what} is {path.stat().st_size} bytes, more than the {max_bytes} allowed",
+                              file=str(path))
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what}: {exc.strerror or exc}", file=str(path)) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{what} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})",
+                          file=str(path), line=line) from None
+
+
 def load_yaml(path: Path) -> Any:
     """Parse one YAML file; syntax errors become ConfigError with the file and line."""
-    text = Path(path).read_text()
+    text = read_text_file(path, "YAML file", MAX_YAML_BYTES)
     loader = _LineLoader(text)
     loader.name = str(path)
     try:

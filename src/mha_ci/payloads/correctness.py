@@ -89,8 +89,19 @@ def collect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _gpus_given(variable: str) -> int:
+    """GPUs this runner may use: the entries of $variable, else every GPU torch sees."""
+    given = [d for d in os.environ.get(variable, "").split(",") if d.strip()]
+    if given:
+        return len(given)
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def run(args: argparse.Namespace) -> int:
-    versions = pincheck.enforce()
+    pins = pincheck.enforce_report()
+    versions = pins["versions"]
     import pytest
 
     tests = [line.strip() for line in out_path(args.tests).read_text().splitlines() if line.strip()]
@@ -98,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     junit.parent.mkdir(parents=True, exist_ok=True)
     if junit.exists():
         junit.unlink()          # a stale file from an earlier run must not pass for this run's result
-    report = {"schema": REPORT_SCHEMA, "tests": len(tests), "versions": versions, "workers": args.workers}
+    report = {"schema": REPORT_SCHEMA, "tests": len(tests), "versions": versions, "workers": args.workers,
+              "pins_checked": pins["pins_checked"], "pin_mismatches": pins["pin_mismatches"]}
     if not tests:
         report.update(pytest_exit=None, outcomes={}, durations={}, counts={}, wall_s=0.0,
                       problem="the shard has no tests")
@@ -109,6 +121,12 @@ def run(args: argparse.Namespace) -> int:
         os.environ["MHA_CI_KNOWN_FAILURES"] = str(out_path(args.known_failures).resolve())
     if args.visible_devices_env:
         os.environ["MHA_CI_VISIBLE_DEVICES_ENV"] = args.visible_devices_env
+        gpus = _gpus_given(args.visible_devices_env)
+        if gpus and args.workers > gpus:
+            # One GPU per worker: a runner with fewer GPUs than archs.yaml's `workers` runs fewer workers.
+            print(f"mha-ci: {gpus} GPU(s) here, so {gpus} xdist worker(s) instead of {args.workers}", file=sys.stderr)
+            args.workers = gpus
+        report["workers"] = args.workers
     pytest_args = ["-q", "-rfEX", "-p", "no:cacheprovider", f"--junitxml={junit}", "-o", "junit_family=xunit2",
                    "-p", "mha_ci.payloads.known_failures", "-p", "mha_ci.payloads.gpu_per_worker"]
     if args.workers > 1:

@@ -334,14 +334,15 @@ class Progress:
             print(file=sys.stderr)
 
 
-def pin_versions() -> tuple[dict, bool]:
-    """Installed versions; pins enforced (exit 3) when an mha-ci executor passed them."""
+def pin_report() -> dict:
+    """pincheck.report(): pins enforced (exit 3) or recorded, as the executor asked."""
     from mha_ci.payloads import pincheck
 
     if "MHA_CI_PINS" in os.environ:
-        return pincheck.enforce(), True
+        return pincheck.enforce_report()
     # Started by hand (e.g. on a GPU host with its own torch): versions recorded, not checked.
-    return pincheck.versions({}), False
+    return {"versions": pincheck.versions({}), "pins_checked": False, "pin_mode": "none",
+            "pin_mismatches": ["started without an mha-ci executor: no pins were passed"]}
 
 
 def parse_args(argv):
@@ -352,6 +353,8 @@ def parse_args(argv):
     p.add_argument("--kernel", choices=sorted(KERNELS), default="mha")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--toolchain", default=os.environ.get("MHA_CI_TOOLCHAIN", "host"))
+    p.add_argument("--arch", help="the pipeline's arch name of the job (archs.yaml), recorded as provenance arch; "
+                                  "a GPU of another arch is refused (exit 3)")
     p.add_argument("--executor", default=os.environ.get("MHA_CI_EXECUTOR"))
     p.add_argument("--image-digest", default=os.environ.get("MHA_CI_IMAGE_DIGEST"))
     p.add_argument("--commit", default=os.environ.get("MHA_CI_COMMIT"))
@@ -365,7 +368,7 @@ def parse_args(argv):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    versions, pins_checked = pin_versions()
+    pins = pin_report()
     shapes_doc = json.loads(out_path(args.shapes).read_text())
     if shapes_doc.get("schema") != SHAPES_SCHEMA:
         print(f"perf payload: {args.shapes} is not a {SHAPES_SCHEMA} file", file=sys.stderr)
@@ -381,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_NO_RESULT
         lock = lockstep.Lockstep(out_path(folder), role, len(entries))
     try:
-        return _measure_all(args, versions, pins_checked, shapes_doc, method, entries, lock)
+        return _measure_all(args, pins, shapes_doc, method, entries, lock)
     except lockstep.Stopped as exc:
         print(f"perf payload: {exc}; nothing written", file=sys.stderr)
         return EXIT_NO_RESULT
@@ -390,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             lock.leave()
 
 
-def _measure_all(args, versions, pins_checked, shapes_doc, method, entries, lock) -> int:
+def _measure_all(args, pins, shapes_doc, method, entries, lock) -> int:
     if lock is not None:
         lock.wait(0)
     import torch
@@ -398,6 +401,12 @@ def _measure_all(args, versions, pins_checked, shapes_doc, method, entries, lock
     if args.device == "cuda" and not torch.cuda.is_available():
         print("perf payload: no CUDA/HIP device visible (use --device cpu for a harness check)", file=sys.stderr)
         return EXIT_ENVIRONMENT
+    if args.device == "cuda" and args.arch:
+        found = prov.device_facts(torch, "cuda")
+        if found["arch"] != args.arch:
+            print(f"perf payload: the job is for {args.arch}, but the GPU ({found['gpu']}) is {found['arch']}",
+                  file=sys.stderr)
+            return EXIT_ENVIRONMENT
     timer = CudaTimer(torch, method.l2_flush) if args.device == "cuda" else WallTimer()
     smi_start = prov.smi_sample() if args.device == "cuda" else None
     if lock is not None:
@@ -442,8 +451,8 @@ def _measure_all(args, versions, pins_checked, shapes_doc, method, entries, lock
             progress.update(n, key, note)
     progress.close()
     smi_end = prov.smi_sample() if args.device == "cuda" else None
-    provenance = prov.collect(torch, args.device, toolchain=args.toolchain, versions=versions,
-                              pins_checked=pins_checked, executor=args.executor, image_digest=args.image_digest,
+    provenance = prov.collect(torch, args.device, toolchain=args.toolchain, pins=pins, arch=args.arch,
+                              executor=args.executor, image_digest=args.image_digest,
                               commit=args.commit, root=ROOT, kernel=args.kernel,
                               planted_pct=float(os.environ.get("MHA_PERF_PLANT_SLOWDOWN", "0") or 0),
                               smi_start=smi_start, smi_end=smi_end)

@@ -3,8 +3,9 @@
 The pins come from the toolchain's lock file (Toolchain.pins), handed over by the executor in
 $MHA_CI_PINS (see mha_ci.payloads). Every pinned package is looked up through
 importlib.metadata; a different or missing version ends the payload with exit 3, naming the
-pin and what is installed. In "record" mode (the `host` toolchain) nothing is refused; the
-versions are only recorded. Torch-free on purpose: it must run before anything heavy is
+pin and what is installed. In "record" mode (the `host` toolchain, or `mha-ci run --executor
+host --pins record` on a GPU host that cannot install the locks) nothing is refused: the versions
+and every mismatch are recorded, and the result says it is unpinned. Torch-free on purpose: it must run before anything heavy is
 imported, and in environments where torch itself is the wrong version.
 
 Standalone: python -m mha_ci.payloads.pincheck [--toolchain NAME --pins JSON] [--record FILE]
@@ -83,13 +84,32 @@ def check(spec: dict) -> dict[str, str | None]:
     return versions(spec["pins"])
 
 
-def enforce() -> dict[str, str | None]:
-    """Called first by every payload: exits 3 on a mismatch, else returns the installed versions."""
+def report(spec: dict) -> dict:
+    """What a result records about its environment: the installed versions, the pin mode, the
+    mismatches (also in record mode) and `pins_checked`, true only when every pin matched."""
+    found = check(spec)
+    problems = mismatches(spec["toolchain"], spec["pins"])
+    return {"versions": found, "pin_mode": spec["mode"], "pin_mismatches": problems,
+            "pins_checked": not problems}
+
+
+def enforce_report() -> dict:
+    """Called first by every payload: exits 3 on a mismatch when enforcing; in record mode says
+    once, loudly, which pins the run does not hold. Returns `report()`."""
     try:
-        return check(spec_from_environment())
+        found = report(spec_from_environment())
     except PinMismatch as exc:
         print(f"mha-ci pin check: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_ENVIRONMENT) from None
+    if found["pin_mismatches"]:
+        print("mha-ci pin check: UNPINNED run (pins recorded, not enforced):\n  "
+              + "\n  ".join(found["pin_mismatches"]), file=sys.stderr, flush=True)
+    return found
+
+
+def enforce() -> dict[str, str | None]:
+    """The installed versions, after enforce_report()."""
+    return enforce_report()["versions"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ from mha_ci.perf.compare import incomparable
 from mha_ci.perf.document import SCHEMA
 
 MIN_RUNS = 2
-RUN_FACTS = ("date", "commit", "driver", "sm_clock_mhz")
+RUN_FACTS = ("date", "commit", "driver", "sm_clock_mhz", "pins_checked")
 
 
 def _spread(values: list[float]) -> tuple[float, float | None]:
@@ -38,6 +38,15 @@ def _spread(values: list[float]) -> tuple[float, float | None]:
 
 def _run_record(name: str, provenance: dict) -> dict:
     return {"name": name, **{k: provenance.get(k) for k in RUN_FACTS}}
+
+
+def _pinned_only_if_every_run_was(provenance: dict) -> None:
+    """A baseline is pinned only when every run in it was: one unpinned run keeps it marked."""
+    unpinned = [r["name"] for r in provenance["combined_runs"] if not r.get("pins_checked")]
+    if unpinned:
+        provenance["pins_checked"] = False
+        provenance.setdefault("pin_mismatches", [])
+        provenance["unpinned_runs"] = unpinned
 
 
 def combine(docs: list[dict], names: list[str] | None = None, max_noise_pct: float = 5.0) -> dict:
@@ -61,6 +70,7 @@ def combine(docs: list[dict], names: list[str] | None = None, max_noise_pct: flo
     provenance = dict(first["provenance"])
     provenance["date"] = max(d["provenance"].get("date") or "" for d in docs)
     provenance["combined_runs"] = [_run_record(name, d["provenance"]) for name, d in zip(names, docs)]
+    _pinned_only_if_every_run_was(provenance)
     selection = dict(first.get("selection") or {})
     selection.pop("interleave", None)
     selection["count"] = len(results)
@@ -100,8 +110,9 @@ def roll(old: dict | None, new: dict, window: int) -> tuple[dict, str | None]:
     """The nightly refresh's baseline: the new full-set run joined to the stored baseline's
     history, per shape the last `window` runs' trimmed means (`run_trimmed_means_us`), their
     median as the value and their spread as `between_run_noise_pct`. Every other statistic is the
-    new run's. Returns (baseline, why the history was dropped or None): a baseline of another
-    GPU, toolchain, torch or Triton version, or of another method, is not history of this one.
+    new run's. Returns (baseline, why the history was dropped or None): a baseline that
+    mha_ci.perf.comparable refuses to compare (another GPU, arch, kernel, toolchain or Triton
+    release), or of another method, is not history of this one.
     """
     if window < 1:
         raise ConfigError("history_runs must be at least 1")
@@ -132,6 +143,7 @@ def roll(old: dict | None, new: dict, window: int) -> tuple[dict, str | None]:
     past_runs = [] if reset else list(old["provenance"].get("combined_runs")
                                       or [_run_record("baseline", old["provenance"])])
     provenance["combined_runs"] = (past_runs + [_run_record("refresh", new["provenance"])])[-window:]
+    _pinned_only_if_every_run_was(provenance)
     selection = dict(new.get("selection") or {})
     selection["count"] = len(results)
     return ({"schema": SCHEMA, "provenance": provenance, "method": new["method"], "selection": selection,

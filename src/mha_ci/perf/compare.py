@@ -8,7 +8,13 @@ Per shape (both sides' `trimmed_mean_us`):
   ok            otherwise
   invalid       the gate cannot judge: missing on one side, failed on one side, either side's
                 noise above invalid_noise_pct, or the two measurements are not comparable
-                (different GPU, arch, kernel, or toolchain without --cross-toolchain).
+                (mha_ci.perf.comparable: different GPU, arch, kernel, or Triton release
+                without --cross-toolchain; torch, driver and unpinned sides are noted, not refused).
+An invalid shape whose measurement is broken - a shape the candidate should have measured and
+did not, a failed run, a time or noise that is not a finite number, a time that is not positive,
+on either side - fails the gate whatever the policy says: a gate that cannot see a shape must not
+report it as passing. Only a shape new to the candidate (no baseline yet) and a noisy measurement
+are invalid without failing (the latter unless `fail_on_invalid`).
 The two noises are combined in quadrature because the delta is a difference of two independent
 estimates. A document made from several runs (mha_ci.perf.combine: a baseline, or a candidate
 measured with --repeat) also knows how far a shape moves between runs; its noise is the larger
@@ -19,6 +25,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+
+from mha_ci.perf import comparable
 
 STATUSES = ("improvement", "ok", "regression", "invalid")
 
@@ -53,6 +61,7 @@ class ShapeVerdict:
     bucket: str | None = None
     tags: tuple[str, ...] = ()
     tp: tuple[int, ...] = ()
+    broken: bool = False                # invalid because a measurement is missing, failed or not a time
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -69,8 +78,10 @@ class Comparison:
     shapes: tuple[ShapeVerdict, ...]
     policy: GatePolicy
     refused: str | None = None          # why the two documents are not comparable, if they are not
+    notes: tuple[str, ...] = ()         # differences that do not refuse it (torch, driver, unpinned)
     cross_toolchain: bool = False
     not_measured: int = 0               # baseline shapes outside the candidate's subset
+    unaccounted: int = 0                # shapes the candidate's selection counts but its results lack
     baseline_provenance: dict = field(default_factory=dict)
     candidate_provenance: dict = field(default_factory=dict)
 
@@ -86,19 +97,41 @@ class Comparison:
         return [v for v in self.shapes if v.stall]
 
     @property
+    def broken(self) -> list[ShapeVerdict]:
+        return [v for v in self.shapes if v.broken]
+
+    @property
     def gate_failed(self) -> bool:
-        summary = self.summary
-        return bool(self.refused or summary["regression"]
-                    or (self.policy.fail_on_stall and self.stalled)
-                    or (self.policy.fail_on_invalid and summary["invalid"]))
+        return bool(self.failures)
+
+    @property
+    def failures(self) -> list[str]:
+        """Why the gate fails, one line per cause (empty when it passes)."""
+        summary, out = self.summary, []
+        if self.refused:
+            out.append(f"refused: {self.refused}")
+        if summary["regression"]:
+            out.append(f"{summary['regression']} regression(s)")
+        out += [f"broken measurement: {v.key}: {v.reason}" for v in self.broken]
+        if self.unaccounted:
+            out.append(f"the candidate's selection counts {self.unaccounted} shape(s) more than its results hold")
+        if self.policy.fail_on_stall and self.stalled:
+            out.append(f"{len(self.stalled)} stalled shape(s) (fail_on_stall)")
+        if self.policy.fail_on_invalid and summary["invalid"]:
+            out.append(f"{summary['invalid']} invalid shape(s) (fail_on_invalid)")
+        return out
 
     def to_dict(self) -> dict:
         return {
             "schema": "mha-ci.perf-compare/1",
             "summary": self.summary,
             "refused": self.refused,
+            "notes": list(self.notes),
             "cross_toolchain": self.cross_toolchain,
             "not_measured": self.not_measured,
+            "unaccounted": self.unaccounted,
+            "gate_failed": self.gate_failed,
+            "failures": self.failures,
             "gate": asdict(self.policy),
             "baseline": _provenance_brief(self.baseline_provenance),
             "candidate": _provenance_brief(self.candidate_provenance),
@@ -112,21 +145,8 @@ def _provenance_brief(p: dict) -> dict:
 
 
 def incomparable(base: dict, cand: dict, cross_toolchain: bool) -> str | None:
-    """Why two provenances must not be compared shape by shape, or None."""
-    for name, what in (("arch", "arch"), ("gpu", "GPU"), ("kernel", "kernel under test")):
-        if base.get(name) != cand.get(name):
-            return f"different {what}: baseline {base.get(name)!r}, candidate {cand.get(name)!r}"
-    if cross_toolchain:
-        return None
-    if base.get("toolchain") != cand.get("toolchain"):
-        return (f"different toolchain: baseline {base.get('toolchain')!r}, candidate {cand.get('toolchain')!r} "
-                "(pass --cross-toolchain to compare toolchains on purpose)")
-    bv, cv = base.get("versions") or {}, cand.get("versions") or {}
-    for package in ("torch", "triton"):
-        if bv.get(package) != cv.get(package):
-            return (f"different {package}: baseline {bv.get(package)!r}, candidate {cv.get(package)!r} "
-                    "(pass --cross-toolchain to compare toolchains on purpose)")
-    return None
+    """Why two provenances must not be compared shape by shape, or None (mha_ci.perf.comparable)."""
+    return comparable.refusal(base, cand, cross_toolchain)
 
 
 def compare(baseline: dict, candidate: dict, policy: GatePolicy, cross_toolchain: bool = False) -> Comparison:
@@ -140,30 +160,45 @@ def compare(baseline: dict, candidate: dict, policy: GatePolicy, cross_toolchain
     candidate_is_full = selection.get("subset") == "full" and not selection.get("chunk")
     keys = sorted(set(cand) | (set(base) if candidate_is_full else set()))
     not_measured = 0 if candidate_is_full else len(set(base) - set(cand))
+    # A subset candidate does not list the keys it meant to measure, only how many: fewer results
+    # than that count means shapes dropped out unseen.
+    counted = selection.get("count")
+    unaccounted = max(0, counted - len(cand)) if _is_count(counted) else 0
     verdicts = tuple(_verdict(key, base.get(key), cand.get(key), policy, refused) for key in keys)
     return Comparison(shapes=verdicts, policy=policy, refused=refused, cross_toolchain=cross_toolchain,
-                      not_measured=not_measured, baseline_provenance=base_p, candidate_provenance=cand_p)
+                      not_measured=not_measured, unaccounted=unaccounted,
+                      baseline_provenance=base_p, candidate_provenance=cand_p,
+                      notes=tuple(comparable.notes(base_p, cand_p)))
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def finite(value) -> float | None:
+    """`value` as a float when it is a finite JSON number, else None (null, a string, NaN, inf)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refused: str | None) -> ShapeVerdict:
     meta = c or b or {}
     bs, cs = (b or {}).get("stats"), (c or {}).get("stats")
+    bt, ct = _time(bs), _time(cs)
+    bn, cn = _noise(bs), _noise(cs)
     common = dict(
-        key=key,
-        baseline_us=bs["trimmed_mean_us"] if bs else None,
-        candidate_us=cs["trimmed_mean_us"] if cs else None,
-        noise_baseline_pct=effective_noise(bs) if bs else None,
-        noise_candidate_pct=effective_noise(cs) if cs else None,
-        stall=(cs or {}).get("stall") or None,
+        key=key, baseline_us=bt, candidate_us=ct, noise_baseline_pct=bn, noise_candidate_pct=cn,
+        stall=_stall(cs, policy),
         shape=meta.get("shape"), bucket=meta.get("bucket"),
         tags=tuple(meta.get("tags") or ()),
         tp=tuple(sorted({o["tp"] for o in meta.get("origins") or () if o.get("tp")})),
     )
+    reason, broken = _invalid_reason(b, c, bs, cs, policy, refused)
     delta = threshold = None
-    if bs and cs and bs["trimmed_mean_us"] > 0:
-        delta = 100.0 * (cs["trimmed_mean_us"] - bs["trimmed_mean_us"]) / bs["trimmed_mean_us"]
-        threshold = policy.threshold_pct(effective_noise(bs), effective_noise(cs))
-    reason = _invalid_reason(b, c, bs, cs, policy, refused)
+    if not broken and None not in (bt, ct, bn, cn):   # a noisy or refused shape still shows its delta
+        delta = 100.0 * (ct - bt) / bt
+        threshold = policy.threshold_pct(bn, cn)
     if reason:
         status = "invalid"
     elif delta > threshold:
@@ -172,28 +207,51 @@ def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refus
         status, reason = "improvement", f"{delta:.1f} % < -{threshold:.1f} %"
     else:
         status = "ok"
-    return ShapeVerdict(delta_pct=delta, threshold_pct=threshold, status=status, reason=reason, **common)
+    return ShapeVerdict(delta_pct=delta, threshold_pct=threshold, status=status, reason=reason, broken=broken,
+                        **common)
 
 
-def effective_noise(stats: dict) -> float:
-    """A shape's noise for the threshold: within-run, or between runs when larger (either side)."""
-    return max(stats["noise_pct"], stats.get("between_run_noise_pct") or 0.0)
+def _time(stats) -> float | None:
+    return finite(stats.get("trimmed_mean_us")) if isinstance(stats, dict) else None
 
 
-def _invalid_reason(b, c, bs, cs, policy: GatePolicy, refused: str | None) -> str:
+def _noise(stats) -> float | None:
+    """A shape's noise for the threshold: within-run, or between runs when larger; None when not a number."""
+    if not isinstance(stats, dict):
+        return None
+    within, between = finite(stats.get("noise_pct")), stats.get("between_run_noise_pct")
+    if within is None or (between is not None and finite(between) is None):
+        return None
+    return max(within, finite(between) or 0.0)
+
+
+def _stall(stats, policy: GatePolicy) -> dict | None:
+    if not isinstance(stats, dict):
+        return None
+    from mha_ci.perf.stats import stall_from_summary
+
+    return stats.get("stall") or stall_from_summary(stats, policy.stall_factor, policy.stall_min_excess_us)
+
+
+def _invalid_reason(b, c, bs, cs, policy: GatePolicy, refused: str | None) -> tuple[str, bool]:
+    """(why the gate cannot judge this shape, whether that is a broken measurement), or ("", False)."""
     if refused:
-        return f"not comparable: {refused}"
+        return f"not comparable: {refused}", False
     if b is None:
-        return "no baseline for this shape"
+        return "no baseline for this shape", False
     if c is None:
-        return "not measured in the candidate"
-    if not bs:
-        return f"baseline failed: {b.get('error')}"
-    if not cs:
-        return f"candidate failed: {c.get('error')}"
-    if bs["trimmed_mean_us"] <= 0:
-        return "baseline time is not positive"
+        return "not measured in the candidate", True
+    for side, entry, stats in (("baseline", b, bs), ("candidate", c, cs)):
+        if not isinstance(stats, dict):
+            return f"{side} failed: {entry.get('error')}", True
+        time = stats.get("trimmed_mean_us")
+        if finite(time) is None:
+            return f"{side} time is not a number: {time!r}", True
+        if time <= 0:
+            return f"{side} time is not positive: {time!r}", True
+        if _noise(stats) is None:
+            return f"{side} noise is not a number: {stats.get('noise_pct')!r}", True
     for side, stats in (("baseline", bs), ("candidate", cs)):
         if stats["noise_pct"] > policy.invalid_noise_pct:
-            return f"too noisy: {side} noise {stats['noise_pct']:.1f} % > {policy.invalid_noise_pct:.1f} %"
-    return ""
+            return f"too noisy: {side} noise {stats['noise_pct']:.1f} % > {policy.invalid_noise_pct:.1f} %", False
+    return "", False

@@ -8,7 +8,7 @@ without pydantic).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -86,6 +86,8 @@ class PerfFile(_Strict):
 
 Layout = Literal["dense", "varlen"]
 Window = tuple[int, int]
+# A size, sequence length or TP degree: 0 would divide by zero when the shapes are made.
+Count = Annotated[int, Field(ge=1)]
 
 
 class ModelSpec(_Strict):
@@ -120,10 +122,10 @@ class BenchSpec(_Strict):
     token_budget: int = Field(ge=1)
     concurrent_sequences: int = Field(ge=1)
     layout: Layout = "dense"
-    prefill_seqlens: list[int] = Field(min_length=1)
+    prefill_seqlens: list[Count] = Field(min_length=1)
     prefill_extra_windows: list[Window] = []
     cross_attention: CrossAttentionSpec | None = None
-    decode_seqlens_k: list[int] = []
+    decode_seqlens_k: list[Count] = []
     decode_causal: bool = True
 
     @model_validator(mode="after")
@@ -154,7 +156,7 @@ class WorkloadsFile(_Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
 
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
-    tensor_parallel: list[int] = Field(min_length=1)
+    tensor_parallel: list[Count] = Field(min_length=1)
     models: list[ModelSpec] = Field(min_length=1)
     model_shapes: ModelShapesSpec
     bench: BenchSpec

@@ -35,6 +35,10 @@ def load_perf(path: Path) -> dict:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError("perf result not found", file=str(path)) from None
+    except OSError as exc:      # a folder, no permission
+        raise ConfigError(f"cannot read perf result: {exc.strerror or exc}", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"perf result is not UTF-8 text (byte {exc.start})", file=str(path)) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"not JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
     problem = check_perf(doc)

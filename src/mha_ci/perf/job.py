@@ -77,7 +77,7 @@ def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, re
     if arch not in pipeline.archs:
         raise ConfigError(f"unknown arch '{arch}'; known: {', '.join(pipeline.archs)}", key="--arch")
     args = ["--shapes", f"{rel}/shapes.json", "--method", f"{rel}/method.json", "--out", f"{rel}/{out_name}",
-            "--kernel", kernel, "--toolchain", toolchain, "--executor", executor.name,
+            "--kernel", kernel, "--toolchain", toolchain, "--arch", arch, "--executor", executor.name,
             "--dump-dispatches", f"{rel}/{out_name.replace('.json', '')}.dispatches.json"]
     if chunk:
         args += ["--chunk", chunk]
@@ -226,14 +226,22 @@ def run_job(job, pipeline, executor, out_dir: Path):
     comparison = compare(load_perf(base_file), candidate, gate_policy(load_perf_file(pipeline.root)))
     paths = report.write_all(comparison, job_dir)
     result.artifacts += [str(p.relative_to(out_dir)) for p in paths.values()]
-    result.details.update(summary=comparison.summary, refused=comparison.refused,
-                          stalls=len(comparison.stalled),
-                          regressions=[v.key for v in comparison.shapes if v.status == "regression"][:50])
+    prov = candidate["provenance"]
+    result.details.update(summary=comparison.summary, refused=comparison.refused, notes=list(comparison.notes),
+                          stalls=len(comparison.stalled), pins_checked=bool(prov.get("pins_checked")),
+                          pin_mismatches=list(prov.get("pin_mismatches") or []),
+                          regressions=[v.key for v in comparison.shapes if v.status == "regression"][:50],
+                          broken=[{"key": v.key, "reason": v.reason} for v in comparison.broken])
+    # An unpinned side still gates (its numbers are real), but the verdict says so in its first words.
+    unpinned = "UNPINNED: " if any(n.startswith("UNPINNED") for n in comparison.notes) else ""
     if comparison.gate_failed:
-        result.message = comparison.refused or f"perf gate failed: {report.tally_line(comparison)}"
+        causes = comparison.failures
+        result.message = unpinned + (comparison.refused or (
+            f"perf gate failed: {report.tally_line(comparison)}; " + "; ".join(causes[:3])
+            + (f"; {len(causes) - 3} more" if len(causes) > 3 else "")))
         return result
     result.verdict, result.exit_code = "pass", ExitCode.OK
-    result.message = report.tally_line(comparison)
+    result.message = unpinned + report.tally_line(comparison)
     return result
 
 

@@ -64,9 +64,9 @@ def device_facts(torch, device: str) -> dict:
         return {"gpu": None, "arch": "cpu", "device": "cpu", "cpu": platform.processor() or platform.machine(),
                 "cuda": None, "hip": None}
     props = torch.cuda.get_device_properties(0)
-    gcn = getattr(props, "gcnArchName", "") or ""
-    if getattr(torch.version, "hip", None) or gcn:
-        arch = gcn.split(":")[0] or None
+    # CUDA builds of torch also carry gcnArchName, holding the GPU's name: read it on ROCm only.
+    if getattr(torch.version, "hip", None):
+        arch = (getattr(props, "gcnArchName", "") or "").split(":")[0] or None
     else:
         major, minor = torch.cuda.get_device_capability(0)
         arch = f"sm{major}{minor}"
@@ -75,13 +75,19 @@ def device_facts(torch, device: str) -> dict:
             "cuda": getattr(torch.version, "cuda", None), "hip": getattr(torch.version, "hip", None)}
 
 
-def collect(torch, device: str, *, toolchain: str, versions: dict, pins_checked: bool, executor: str | None,
+def collect(torch, device: str, *, toolchain: str, pins: dict, arch: str | None, executor: str | None,
             image_digest: str | None, commit: str | None, root: Path, kernel: str, planted_pct: float,
             smi_start: dict | None, smi_end: dict | None) -> dict:
+    """`arch` is the pipeline's arch name (archs.yaml), the one baselines are filed under; the
+    GPU's own name is `gpu` and the arch it reports is `device_arch`. `pins` is
+    pincheck.report(): `pins_checked` is true only when every pin matched."""
     facts = device_facts(torch, device)
+    device_arch = facts.pop("arch")
     start, end = smi_start or {}, smi_end or {}
     return {
         **facts,
+        "arch": arch or device_arch,
+        "device_arch": device_arch,
         "driver": start.get("driver_version"),
         "sm_clock_mhz": {"start": start.get("clocks.sm"), "end": end.get("clocks.sm"),
                          "max": start.get("clocks.max.sm")},
@@ -89,8 +95,10 @@ def collect(torch, device: str, *, toolchain: str, versions: dict, pins_checked:
         "temperature_c": {"start": start.get("temperature.gpu"), "end": end.get("temperature.gpu")},
         "power_w": {"start": start.get("power.draw"), "end": end.get("power.draw")},
         "toolchain": toolchain,
-        "versions": versions,
-        "pins_checked": pins_checked,
+        "versions": pins["versions"],
+        "pins_checked": bool(pins["pins_checked"]),
+        "pin_mode": pins.get("pin_mode"),
+        "pin_mismatches": list(pins.get("pin_mismatches") or []),
         "executor": executor,
         "image_digest": image_digest,
         "commit": commit or git_commit(root),

@@ -76,9 +76,11 @@ def _stall_lines(c: Comparison) -> list[str]:
     lines = []
     for v in sorted(c.stalled, key=lambda v: -v.stall["worst_us"]):
         median = v.stall["worst_us"] / v.stall["ratio"] if v.stall["ratio"] else None
-        lines.append(f"{v.key}: {v.stall['count']} stalled dispatch(es), worst {_duration(v.stall['worst_us'])} "
-                     f"against a {_duration(median)} median (x{v.stall['ratio']:.1f}; rep {v.stall['rep']}, "
-                     f"dispatch {v.stall['index']}); status {v.status}")
+        count = v.stall["count"] if v.stall.get("count") is not None else "at least 1"
+        where = (f"rep {v.stall['rep']}, dispatch {v.stall['index']}" if v.stall.get("rep") is not None
+                 else "seen in max_us only")
+        lines.append(f"{v.key}: {count} stalled dispatch(es), worst {_duration(v.stall['worst_us'])} "
+                     f"against a {_duration(median)} median (x{v.stall['ratio']:.1f}; {where}); status {v.status}")
     return lines
 
 
@@ -108,6 +110,8 @@ def _header(c: Comparison) -> list[str]:
         lines.append(f"{c.not_measured} baseline shapes are outside the candidate's subset and were not compared.")
     if c.refused:
         lines.append(f"REFUSED: {c.refused}")
+    lines += [f"NOTE: {note}" for note in c.notes]
+    lines += [f"GATE FAILS: {why}" for why in c.failures if not why.startswith("refused: ")]
     return lines
 
 

@@ -146,6 +146,21 @@ def find_stalls(reps_us: list[list[float]], factor: float, min_excess_us: float)
                  for r, rep in enumerate(reps_us) for i, t in enumerate(rep) if t > limit)
 
 
+def stall_from_summary(stats: dict, factor: float, min_excess_us: float) -> dict | None:
+    """The stall a stored result shows through its summary alone (`max_us` against `median_us`).
+
+    For documents whose writer did not look for stalls (another measuring tool, an older payload):
+    the slowest dispatch is the only one known, so the count is unknown (None) and so is where it ran.
+    """
+    top, median = stats.get("max_us"), stats.get("median_us")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (top, median)):
+        return None
+    if median <= 0 or top <= max(factor * median, median + min_excess_us):
+        return None
+    return {"count": None, "worst_us": round(float(top), 3), "ratio": round(top / median, 2), "rep": None,
+            "index": None}
+
+
 def shape_stats(reps_us: list[list[float]], method: Method) -> ShapeStats:
     """Every number of one shape's result from its per-dispatch timings (microseconds)."""
     if not reps_us or any(not rep for rep in reps_us):

@@ -12,12 +12,13 @@ unknown, which the policy treats as "every path changed" (a local `make ci` runs
 from __future__ import annotations
 
 import json
+import posixpath
 from pathlib import Path
 from typing import Any
 
 from mha_ci.errors import ConfigError
 from mha_ci.model.types import EVENT_KINDS, Event
-from mha_ci.model.yaml_source import closest
+from mha_ci.model.yaml_source import closest, read_text_file
 
 # GitHub event names -> our event kinds.
 _ALIASES = {"workflow_dispatch": "manual", "pull_request_target": "pull_request"}
@@ -37,13 +38,21 @@ def parse_labels(text: str | None) -> frozenset[str]:
 
 
 def read_changed_files(path: Path) -> tuple[str, ...]:
-    """One repository-relative path per line; blank lines ignored, order kept, duplicates dropped."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as exc:
-        raise ConfigError(f"cannot read changed-files list: {exc.strerror}", file=str(path)) from None
-    paths = (line.strip().removeprefix("./") for line in lines)
-    return tuple(dict.fromkeys(p for p in paths if p))
+    """Repository-relative paths, one a line or NUL-separated (`git diff --name-only -z`, which does
+    not quote non-ASCII names); blank entries ignored, order kept, duplicates dropped. Each path is
+    normalised (`docs/../src/mha/x` is `src/mha/x`, so it cannot pass for documentation); one that
+    leaves the repository is a usage error."""
+    text = read_text_file(path, "changed-files list")
+    entries = text.split("\0") if "\0" in text else text.splitlines()
+    paths = []
+    for entry in (e.strip() for e in entries):
+        if not entry:
+            continue
+        normal = posixpath.normpath(entry)
+        if normal.startswith(("/", "../")) or normal in ("..", "."):
+            raise ConfigError(f"changed path {entry!r} is not inside the repository", file=str(path))
+        paths.append(normal)
+    return tuple(dict.fromkeys(paths))
 
 
 def _infer_kind(data: dict[str, Any], path: Path) -> str:
@@ -69,17 +78,24 @@ def _label_names(labels: Any, path: Path) -> frozenset[str]:
     if isinstance(labels, str):                       # workflow_dispatch input: "ci:sm90,ci:perf"
         return parse_labels(labels)
     if isinstance(labels, list):
-        return frozenset(item["name"] if isinstance(item, dict) else str(item) for item in labels)
+        return frozenset(_label_name(item, i, path) for i, item in enumerate(labels))
     if labels is None:
         return frozenset()
     raise ConfigError(f"labels: expected a list or a comma-separated string, got {type(labels).__name__}", file=str(path))
 
 
+def _label_name(item: Any, index: int, path: Path) -> str:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, dict) and isinstance(item.get("name"), str):
+        return item["name"]
+    raise ConfigError(f"labels[{index}]: a label is a string or an object with a string 'name', got {item!r:.80}",
+                      file=str(path), key="name")
+
+
 def read_github_event(path: Path, kind: str | None = None) -> Event:
     try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read GitHub event: {exc.strerror}", file=str(path)) from None
+        data = json.loads(read_text_file(path, "GitHub event"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"invalid JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
     if not isinstance(data, dict):

@@ -60,7 +60,8 @@ def _check_labels(pipeline: Pipeline, event: Event) -> None:
     triggers = pipeline.triggers
     known = [rule.label for rule in triggers.labels]
     for label in sorted(event.labels):
-        if label.startswith(triggers.label_prefix) and label not in known:
+        # GitHub compares label names (and `startsWith` in workflows) without case: CI:SM90 is ours, and a typo.
+        if label.casefold().startswith(triggers.label_prefix.casefold()) and label not in known:
             raise ConfigError(f"unknown label '{label}'; known: {', '.join(known)}", key="labels",
                               suggestion=closest(label, known))
 

@@ -36,6 +36,12 @@ def head_commit(repo: Path) -> str:
     return _git(repo, "rev-parse", "--verify", "HEAD^{commit}")
 
 
+def uncommitted(repo: Path) -> list[str]:
+    """Tracked paths whose working-tree content differs from HEAD (untracked files are not code
+    under test: out/, caches)."""
+    return [path for path in _git(repo, "diff", "--name-only", "-z", "HEAD").split("\0") if path]
+
+
 def branch_exists(repo: Path, branch: str) -> bool:
     done = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"],
                           capture_output=True, text=True, check=False)

@@ -38,10 +38,12 @@ from typing import Callable, Mapping
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Arch, Toolchain
+from mha_ci.perf import comparable
 from mha_ci.perf.combine import roll
 from mha_ci.perf.compare import Comparison, GatePolicy, compare
 from mha_ci.perf.document import SCHEMA as PERF_SCHEMA
 from mha_ci.perf.document import check_perf
+from mha_ci.perf.stats import stall_from_summary
 from mha_ci.refresh import branch as git_branch
 from mha_ci.refresh import report
 
@@ -110,15 +112,11 @@ def _load_json(path: Path) -> dict | None:
         raise ConfigError(f"stored baseline is not JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
 
 
-def _public(version: object) -> object:
-    """The release without its local part: the lock pins the CPU wheel (2.13.0+cpu), a GPU runner
-    measures with that release's ROCm or CUDA build (2.13.0+rocm7.0); the release must agree."""
-    return version.split("+", 1)[0] if isinstance(version, str) else version
-
-
 def measurement_problems(doc: dict, arch: Arch, toolchain: Toolchain, old: dict | None,
-                         policy: RefreshPolicy) -> tuple[list[str], list[str]]:
-    """(problems with the measurement itself -> exit 1, provenance mismatches -> exit 3)."""
+                         policy: RefreshPolicy, allow_unpinned: bool = False) -> tuple[list[str], list[str]]:
+    """(problems with the measurement itself -> exit 1, provenance mismatches -> exit 3).
+    The measurement is held to the pins of `toolchain` on the arch's platform, and to the stored
+    baseline by mha_ci.perf.comparable (the one comparability rule)."""
     where = f"{arch.name}/{toolchain.name}"
     problem = check_perf(doc)
     if problem:
@@ -130,16 +128,17 @@ def measurement_problems(doc: dict, arch: Arch, toolchain: Toolchain, old: dict 
     if prov.get("toolchain") != toolchain.name:
         mismatch.append(f"{where}: measured with toolchain {prov.get('toolchain')!r}, not {toolchain.name!r}")
     versions = prov.get("versions") or {}
-    for package in ("torch", "triton"):
-        pinned = toolchain.pins.get(package)
-        if _public(versions.get(package)) != _public(pinned):
-            mismatch.append(f"{where}: {package} {versions.get(package)!r} measured, {pinned!r} pinned in {toolchain.lock.name}")
+    pinned = toolchain.pins.get("triton")
+    if comparable.release(versions.get("triton")) != comparable.release(pinned):
+        mismatch.append(f"{where}: triton {versions.get('triton')!r} measured, {pinned!r} pinned in {toolchain.lock.name}")
+    if not prov.get("pins_checked") and not allow_unpinned:
+        why = comparable.unpinned_summary(prov.get("pin_mismatches") or [])
+        mismatch.append(f"{where}: an unpinned measurement ({why}) does not refresh a baseline unless the refresh "
+                        "is run with --pins record, which marks the baseline unpinned")
     if old is not None:
-        old_prov = old.get("provenance") or {}
-        for name, what in (("gpu", "GPU"), ("arch", "arch")):
-            if old_prov.get(name) != prov.get(name):
-                mismatch.append(f"{where}: {what} {prov.get(name)!r} differs from the stored baseline's "
-                                f"{old_prov.get(name)!r}")
+        refused = comparable.refusal(old.get("provenance") or {}, prov)
+        if refused:
+            mismatch.append(f"{where}: not comparable with the stored baseline: {refused}")
     subset = (doc.get("selection") or {}).get("subset")
     if subset not in (None, "full"):
         bad.append(f"{where}: measured the '{subset}' subset; a baseline needs every shape (subset 'full')")
@@ -148,9 +147,10 @@ def measurement_problems(doc: dict, arch: Arch, toolchain: Toolchain, old: dict 
         if stats is None:
             bad.append(f"{where}: {key} failed to run: {entry.get('error')}")
             continue
-        if stats.get("stall"):
-            stall = stats["stall"]
-            detail = f" ({stall.get('us')} us, {stall.get('ratio')}x the median)" if isinstance(stall, dict) else ""
+        stall = stats.get("stall") or stall_from_summary(stats, policy.gate.stall_factor,
+                                                        policy.gate.stall_min_excess_us)
+        if stall:
+            detail = f" ({stall.get('worst_us')} us, {stall.get('ratio')}x the median)" if isinstance(stall, dict) else ""
             bad.append(f"{where}: {key} stalled{detail}")
         if stats["noise_pct"] > policy.max_noise_pct:
             bad.append(f"{where}: {key} noise {stats['noise_pct']:.1f} % > refresh.max_noise_pct "
@@ -180,7 +180,7 @@ def _encode(doc: dict) -> bytes:
 def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Path,
             checksums_fn: ChecksumsFn | None = None, durations_fn: DurationsFn | None = None,
             toolchains: list[str] | None = None, policy: RefreshPolicy | None = None,
-            today: _dt.date | None = None, always: bool = False) -> RefreshResult:
+            today: _dt.date | None = None, always: bool = False, allow_unpinned: bool = False) -> RefreshResult:
     """Measure `arch` with every toolchain (or `toolchains`), check, and commit the new baselines
     on `baseline-refresh/<date>-<arch>`. Writes out_dir/refresh.json, pr-body.md, pr-title.txt."""
     root = Path(pipeline.root)
@@ -202,10 +202,10 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
     # 1. measure and check everything before anything is written
     bad, mismatch, measured = [], [], {}
     for name in names:
-        toolchain = pipeline.toolchains[name]
+        toolchain = pipeline.toolchains[name].on(arch_spec.platform)
         doc = measure_fn(arch_spec, toolchain)
         old = _load_json(root / baseline_path(arch, name))
-        doc_bad, doc_mismatch = measurement_problems(doc, arch_spec, toolchain, old, policy)
+        doc_bad, doc_mismatch = measurement_problems(doc, arch_spec, toolchain, old, policy, allow_unpinned)
         bad += doc_bad
         mismatch += doc_mismatch
         measured[name] = (old, doc)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 VERDICT_MARK = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "skipped": "SKIPPED"}
-EXIT_MEANING = {0: "all gates pass", 1: "a gate failed", 2: "configuration error", 3: "environment problem"}
+EXIT_MEANING = {0: "all gates pass", 1: "a gate failed", 2: "configuration error", 3: "environment problem",
+                4: "internal error", 130: "interrupted (SIGINT)", 143: "interrupted (SIGTERM)"}
 
 
 def render(results: dict) -> str:
@@ -17,15 +18,17 @@ def render(results: dict) -> str:
     jobs = results.get("jobs", [])
     exit_code = results.get("exit_code", 0)
     lines = ["# mha-ci run", ""]
-    status = results.get("status", "finished")
-    lines.append(f"**{'RUNNING' if status == 'running' else 'Result'}: exit {exit_code} "
-                 f"({EXIT_MEANING.get(exit_code, '?')})**" + (f", {len(results.get('pending', []))} job(s) still to run"
-                                                             if status == "running" else ""))
+    lines.append(_headline(results.get("status", "finished"), exit_code, len(results.get("pending", []))))
     lines.append("")
     commit = prov.get("commit") or "unknown"
     lines.append(f"executor `{prov.get('executor', '?')}`, python {prov.get('python', '?')}, commit `{commit[:12]}`"
                  f"{' (with uncommitted changes)' if prov.get('dirty') else ''}, {prov.get('date', '?')}")
     lines.append("")
+    unpinned = [j for j in jobs if j.get("details", {}).get("pin_mismatches")]
+    if prov.get("pin_mode") == "record":
+        lines += ["**UNPINNED run** (`--pins record`): the payloads ran what this host has installed; "
+                  f"{len(unpinned)} job(s) differ from their toolchain's lock (listed below). Their verdicts are "
+                  "real but not the pinned toolchain's.", ""]
 
     lines += ["## Jobs", ""]
     if jobs:
@@ -46,11 +49,17 @@ def render(results: dict) -> str:
 
     versions = _versions(jobs)
     if versions:
-        lines += ["## Toolchain versions (as installed, checked against the pins)", "",
+        lines += ["## Toolchain versions (as installed)", "",
                   "| job | python | torch | triton | numpy |", "|---|---|---|---|---|"]
         for job_id, found in versions:
             lines.append(f"| `{job_id}` | {found.get('python', '-')} | {found.get('torch') or '-'} | "
                          f"{found.get('triton') or '-'} | {found.get('numpy') or '-'} |")
+        lines.append("")
+
+    if unpinned:
+        lines += ["## Unpinned: what differs from the locks", ""]
+        for job in unpinned:
+            lines += [f"- `{job['job_id']}`: {m}" for m in job["details"]["pin_mismatches"]]
         lines.append("")
 
     failing = [j for j in jobs if j.get("details", {}).get("failed_tests")]
@@ -75,6 +84,15 @@ def render(results: dict) -> str:
     if skipped:
         lines += ["## Not planned", ""] + [f"- `{s['id']}`: {s['reason']}" for s in skipped] + [""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _headline(status: str, exit_code, pending: int) -> str:
+    if status == "running":
+        return f"**RUNNING: no verdict yet**, {pending} job(s) still to run"
+    if status == "interrupted":
+        return (f"**INTERRUPTED: exit {exit_code} ({EXIT_MEANING.get(exit_code, '?')}), no verdict**, "
+                f"{pending} job(s) never finished")
+    return f"**Result: exit {exit_code} ({EXIT_MEANING.get(exit_code, '?')})**"
 
 
 def _balance_lines(jobs: list[dict]) -> list[str]:

@@ -116,6 +116,8 @@ def run_job(job: Job, pipeline, executor: Executor, out_dir: Path) -> JobResult:
         result.artifacts.append(f"{rel}/report.json")
         result.details["counts"] = report.get("counts", {})
         result.details["versions"] = report.get("versions", result.details.get("versions", {}))
+        result.details["pins_checked"] = report.get("pins_checked", False)
+        result.details["pin_mismatches"] = report.get("pin_mismatches", [])
         failed = sorted(t for t, o in report.get("outcomes", {}).items() if o in ("failed", "error"))
         result.details["failed_tests"] = failed[:50]
         if report.get("durations"):
