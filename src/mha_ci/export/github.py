@@ -1,6 +1,6 @@
 """The GitHub Actions workflows, generated from pipelines/ (`mha-ci export github`).
 
-Three workflows, one planning pattern:
+Four workflows; pr.yml and main.yml share one planning pattern:
 
 - pr.yml: pull requests. `plan` asks `mha-ci plan` (labels and changed paths decide), turns the
   plan into job matrices (export/matrix.py), every planned job runs in its own matrix entry, and
