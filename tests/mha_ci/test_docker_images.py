@@ -270,3 +270,24 @@ def test_unreachable_daemon_exits_3_from_the_cli(repo_root, tmp_path, command):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3, proc.stderr
     assert "start dockerd" in proc.stderr
+
+
+def test_publish_without_a_registry_is_a_usage_error(repo_root, monkeypatch, capsys):
+    """Checked before docker is asked: publishing to the local-only name would push nowhere."""
+    from mha_ci.containers.__main__ import main as containers_main
+
+    monkeypatch.delenv("MHA_CI_REGISTRY", raising=False)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    assert containers_main(["--root", str(repo_root), "publish", "--platform", "cuda"]) == 2
+    assert "needs MHA_CI_REGISTRY" in capsys.readouterr().err
+
+
+def test_tags_prints_every_reference_without_docker(repo_root, monkeypatch, capsys):
+    from mha_ci.containers.__main__ import main as containers_main
+
+    monkeypatch.setenv("MHA_CI_REGISTRY", "ghcr.io/o/r")
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    assert containers_main(["--root", str(repo_root), "tags", "--all"]) == 0
+    lines = capsys.readouterr().out.split()
+    assert len(lines) == 6 and all(line.startswith("ghcr.io/o/r/triton-3.") for line in lines)
+    assert any("-cuda:" in line for line in lines)

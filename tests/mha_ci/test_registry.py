@@ -106,8 +106,10 @@ def test_published_image_is_pulled_by_the_matrix_reference(registry, repo_root, 
 
     # Take the image off this machine (both names), then let a job find it.
     local_name = spec.reference(LOCAL_REGISTRY)
-    client.images.remove(reference)
-    client.images.remove(local_name)
+    # force: a stopped container of another test may still hold the image; its layers then
+    # stay, but the job still has to resolve the reference through the registry
+    client.images.remove(reference, force=True)
+    client.images.remove(local_name, force=True)
     try:
         assert not client.images.list(name=reference.rsplit(":", 1)[0])
         run = PayloadRun(module="pincheck", args=("--record", "versions.json"),
