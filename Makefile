@@ -14,7 +14,7 @@ export TRITON_HIP_LLD_PATH ?= $(LLD)
 # Toolchain environments, compile caches and image build contexts live here (CI may cache it).
 export MHA_CI_CACHE ?= $(CURDIR)/.cache/mha-ci
 
-.PHONY: setup system-deps docker-setup ci lint test test-fast test-runner test-docker validate plan checksums perf containers nightly export durations clean
+.PHONY: setup system-deps docker-setup ci lint test test-fast test-runner test-docker test-cuda-images validate plan checksums perf containers containers-cuda nightly export durations clean
 
 $(STAMP): requirements-dev.lock pyproject.toml
 	rm -rf $(VENV)
@@ -60,9 +60,15 @@ test-fast: $(STAMP)
 test-runner: setup
 	$(BIN)/python -m pytest tests/mha_ci -q -ra -m "not docker" --durations=15
 
-# dockerd, the CPU images of both toolchains, then the docker executor and equivalence tests.
+# dockerd, the CPU images of both toolchains, then the docker executor, equivalence and registry
+# tests.
 test-docker: setup containers
-	$(BIN)/python -m pytest tests/mha_ci -q -ra -m docker --durations=10
+	$(BIN)/python -m pytest tests/mha_ci -q -ra -m "docker and not cuda_image" --durations=10
+
+# The sm90 (CUDA) images of both toolchains, then their tests. Not part of `make test`: the two
+# builds alone take ~16 min on the CI machine (docs/containers.md), past what .ci/run may add.
+test-cuda-images: setup containers-cuda
+	$(BIN)/python -m pytest tests/mha_ci -q -ra -m cuda_image --durations=10
 
 # Every test: lint first (seconds), then the runner's own, the docker ones, then the kernel tests
 # of tests/mha in both pinned toolchains through the pull-request pipeline (interpreter
@@ -78,6 +84,10 @@ perf: $(STAMP)
 # CPU images of every toolchain (the ROCm ones need a registry this machine cannot reach).
 containers: $(STAMP) docker-setup
 	$(BIN)/python -m mha_ci.containers build
+
+# sm90 images of every toolchain (~3.5 GB of wheels and a ~7.5 GB image each; docs/containers.md).
+containers-cuda: $(STAMP) docker-setup
+	$(BIN)/python -m mha_ci.containers build --platform cuda
 
 nightly: setup
 	$(MHA_CI) perf refresh --out $(OUT)/nightly

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Make this machine ready for the docker tests: docker.io, debootstrap and lld-19 installed,
-# dockerd running, the local Debian base image present. Idempotent: each step is skipped when
+# Make this machine ready for the docker tests: docker.io, debootstrap, lld-19 and docker-registry
+# installed, dockerd running, the local Debian base image present. Idempotent: each step is skipped when
 # its result is already there. Each step prints its duration.
 #
 # Needs root (apt, dockerd, debootstrap). The CI machine has no image registry, hence the
@@ -23,12 +23,14 @@ install_packages() {
     command -v debootstrap >/dev/null || missing+=(debootstrap)
     # lld-19: Triton 3.4's AMD linking in the host (venv) checksums job (docs/facts.md)
     command -v ld.lld-19 >/dev/null || missing+=(lld-19)
+    # docker-registry: a local registry for the publish/pull tests (tests/mha_ci/test_registry.py)
+    command -v docker-registry >/dev/null || missing+=(docker-registry)
     if ((${#missing[@]})); then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
         echo "installed: ${missing[*]}"
     else
-        echo "docker.io, debootstrap, lld-19 already installed"
+        echo "docker.io, debootstrap, lld-19, docker-registry already installed"
     fi
 }
 

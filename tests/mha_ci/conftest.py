@@ -17,10 +17,12 @@ def repo_root() -> Path:
 
 @pytest.fixture
 def pipeline_root(tmp_path: Path) -> Path:
-    """A throwaway checkout root with a copy of pipelines/ and the toolchain lock files, for
-    tests that edit the YAML. Returns the root (pass it as `--root`)."""
+    """A throwaway checkout root with a copy of pipelines/ and the toolchain lock files and
+    Dockerfiles (image references derive from both), for tests that edit the YAML. Returns the
+    root (pass it as `--root`)."""
     shutil.copytree(REPO_ROOT / "pipelines", tmp_path / "pipelines")
-    for lock in (REPO_ROOT / "containers").glob("*/requirements*.lock"):
+    for lock in [*(REPO_ROOT / "containers").glob("*/requirements*.lock"),
+                 *(REPO_ROOT / "containers").glob("*/Dockerfile.*")]:
         target = tmp_path / "containers" / lock.parent.name
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy2(lock, target / lock.name)

@@ -30,52 +30,104 @@ def spec_of(containers: Path, toolchain: str = "triton-3.4", platform: str = "cp
     return spec
 
 
-def test_every_toolchain_has_a_cpu_and_a_rocm_image(repo_root):
-    found = {(s.toolchain, s.platform) for s in discover(repo_root / "containers")}
-    assert found == {(t, p) for t in ("triton-3.4", "triton-3.8") for p in ("cpu", "rocm")}
+def test_every_toolchain_has_a_cpu_cuda_and_rocm_image_each_with_its_platform_lock(repo_root):
+    from mha_ci.model.loader import load_pipeline
+
+    toolchains = load_pipeline(repo_root).toolchains
+    found = {(s.toolchain, s.platform): s for s in discover(toolchains.values())}
+    assert set(found) == {(t, p) for t in ("triton-3.4", "triton-3.8") for p in ("cpu", "cuda", "rocm")}
+    for (toolchain, platform), spec in found.items():
+        assert spec.lock == toolchains[toolchain].on(platform).lock
+    assert found["triton-3.8", "cuda"].lock.name == "requirements-cuda.lock"
 
 
-def test_tag_is_content_derived_and_stable(containers):
+def test_reference_is_content_derived_stable_and_fully_qualified(containers, monkeypatch):
+    monkeypatch.delenv("MHA_CI_REGISTRY", raising=False)
     spec = spec_of(containers)
-    tag = spec.tag("sha256:base1")
-    assert tag == spec_of(containers).tag("sha256:base1")
-    repo, digest = tag.split(":")
-    assert repo == "mha-ci/triton-3.4-cpu"
+    ref = spec.reference()
+    assert ref == spec_of(containers).reference()
+    repo, digest = ref.rsplit(":", 1)
+    # never a bare mha-ci/...: docker would look for that on Docker Hub
+    assert repo == "localhost/mha-ci/triton-3.4-cpu"
     assert len(digest) == 12 and int(digest, 16) >= 0
+    monkeypatch.setenv("MHA_CI_REGISTRY", "127.0.0.1:5000/owner/repo")
+    assert spec.reference() == f"127.0.0.1:5000/owner/repo/triton-3.4-cpu:{digest}"
+    assert spec.reference("ghcr.io/o/r") == f"ghcr.io/o/r/triton-3.4-cpu:{digest}"
 
 
-def test_tag_changes_with_lock_dockerfile_base_and_build_args(containers):
+@pytest.mark.parametrize("value", ["owner/repo", "mha-ci", "ghcr.io/Owner/Repo", "ghcr.io",
+                                   "ghcr.io/o/r:tag", "https://ghcr.io/o/r"])
+def test_registry_must_be_fully_qualified_and_lower_case(value):
+    from mha_ci.containers.images import registry
+    from mha_ci.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="MHA_CI_REGISTRY"):
+        registry({"MHA_CI_REGISTRY": value})
+    assert registry({"MHA_CI_REGISTRY": "ghcr.io/o/r/"}) == "ghcr.io/o/r"
+    assert registry({"MHA_CI_REGISTRY": "localhost:5000/x"}) == "localhost:5000/x"
+    assert registry({}) == "localhost/mha-ci"
+
+
+def test_reference_needs_no_docker_and_no_local_state(containers, monkeypatch):
+    """The plan job (no docker) and the build compute it alike: nothing but files goes in."""
+    import mha_ci.containers.images as images
+
+    monkeypatch.delitem(sys.modules, "docker", raising=False)
+    monkeypatch.setattr("builtins.__import__", _refusing("docker"))
+    assert images.content_digest(spec_of(containers)) == images.content_digest(spec_of(containers))
+
+
+def _refusing(module: str):
+    real = __import__
+
+    def guarded(name, *args, **kwargs):
+        if name == module or name.startswith(module + "."):
+            raise AssertionError(f"the reference must not need {module}")
+        return real(name, *args, **kwargs)
+    return guarded
+
+
+def test_reference_changes_with_lock_dockerfile_base_and_build_args(containers):
     spec = spec_of(containers)
-    before = spec.tag("sha256:base1")
-    assert spec.tag("sha256:base2") != before            # the base image was remade
-    assert spec_of(containers, BASE_IMAGE="other:tag").tag("sha256:base1") != before
+    before = spec.reference()
+    assert spec_of(containers, BASE_IMAGE="other:tag").reference() != before
+    assert spec_of(containers, BASE_IMAGE="other@sha256:" + "0" * 64).reference() != before
 
     lock = containers / "triton-3.4" / "requirements.lock"
     lock.write_text(lock.read_text().replace("pytest==9.0.3", "pytest==9.0.2"))
-    after_lock = spec.tag("sha256:base1")
+    after_lock = spec.reference()
     assert after_lock != before
 
     dockerfile = containers / "triton-3.4" / "Dockerfile.cpu"
     dockerfile.write_text(dockerfile.read_text() + "\n# a comment is a change too\n")
-    assert spec.tag("sha256:base1") not in (before, after_lock)
+    assert spec.reference() not in (before, after_lock)
 
 
-def test_tag_ignores_other_toolchains_and_other_files(containers):
+def test_reference_ignores_other_toolchains_and_other_files(containers):
     spec = spec_of(containers)
-    before = spec.tag("sha256:base1")
+    before = spec.reference()
     other = containers / "triton-3.8" / "requirements.lock"
     other.write_text(other.read_text() + "\n# unrelated\n")
     (containers / "triton-3.4" / "NOTES.txt").write_text("not part of the image")
-    assert spec.tag("sha256:base1") == before
+    assert spec.reference() == before
 
 
-def test_tag_includes_extra_context_files(containers, tmp_path):
+def test_reference_includes_extra_context_files(containers, tmp_path):
     spec = spec_of(containers)
     extra = tmp_path / "check_pins.py"
     extra.write_text("one")
-    a = spec.tag("b", (extra,))
+    a = spec.reference(extra_files=(extra,))
     extra.write_text("two")
-    assert spec.tag("b", (extra,)) != a
+    assert spec.reference(extra_files=(extra,)) != a
+
+
+def test_wheelhouse_platforms_reach_the_base_images_glibc():
+    from mha_ci.containers.context import wheel_platforms
+
+    tags = wheel_platforms(36)
+    # nvidia-cuda-cupti 13.0.85 (triton-3.8's cuda lock) has a manylinux_2_25 wheel only
+    assert {"manylinux_2_25_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64"} <= set(tags)
+    assert "manylinux_2_37_x86_64" not in tags and tags.index("manylinux_2_36_x86_64") == 0
 
 
 def test_dockerfile_directives(repo_root):
@@ -218,3 +270,24 @@ def test_unreachable_daemon_exits_3_from_the_cli(repo_root, tmp_path, command):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3, proc.stderr
     assert "start dockerd" in proc.stderr
+
+
+def test_publish_without_a_registry_is_a_usage_error(repo_root, monkeypatch, capsys):
+    """Checked before docker is asked: publishing to the local-only name would push nowhere."""
+    from mha_ci.containers.__main__ import main as containers_main
+
+    monkeypatch.delenv("MHA_CI_REGISTRY", raising=False)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    assert containers_main(["--root", str(repo_root), "publish", "--platform", "cuda"]) == 2
+    assert "needs MHA_CI_REGISTRY" in capsys.readouterr().err
+
+
+def test_tags_prints_every_reference_without_docker(repo_root, monkeypatch, capsys):
+    from mha_ci.containers.__main__ import main as containers_main
+
+    monkeypatch.setenv("MHA_CI_REGISTRY", "ghcr.io/o/r")
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    assert containers_main(["--root", str(repo_root), "tags", "--all"]) == 0
+    lines = capsys.readouterr().out.split()
+    assert len(lines) == 6 and all(line.startswith("ghcr.io/o/r/triton-3.") for line in lines)
+    assert any("-cuda:" in line for line in lines)

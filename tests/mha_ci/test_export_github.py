@@ -162,6 +162,10 @@ def test_permissions_are_minimal(generated):
             pushes = name == "nightly.yml" and job_id.startswith("refresh-")
             if pushes:
                 assert job["permissions"] == {"contents": "write", "pull-requests": "write"}, job_id
+            elif name == "images.yml":      # publishes the toolchain images
+                assert job["permissions"] == {"contents": "read", "packages": "write"}, job_id
+            elif job_id == "gpu":           # pulls its toolchain image from the registry
+                assert job["permissions"] == {"contents": "read", "packages": "read"}, job_id
             else:
                 assert "permissions" not in job, f"{name} / {job_id}"
             for step in job["steps"]:

@@ -1,13 +1,13 @@
 """`mha-ci export matrix` (plan -> job matrices) and the workflow's merge gate (mha_ci.export.gate)."""
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
 from mha_ci.cli import main as cli
+from mha_ci.containers.images import discover
 from mha_ci.errors import ConfigError
 from mha_ci.export import gate, matrix
 from mha_ci.model.loader import load_pipeline
@@ -22,16 +22,39 @@ PLAN = {"jobs": [
 ], "skipped": []}
 
 
-def test_matrix_splits_cpu_and_gpu_jobs_with_images_and_device_options(pipeline_root):
-    found = matrix.matrices(load_pipeline(pipeline_root), PLAN)
+def test_matrix_splits_cpu_and_gpu_jobs_with_images_and_device_options(pipeline_root, monkeypatch):
+    monkeypatch.setenv("MHA_CI_REGISTRY", "ghcr.io/owner/repo")
+    pipeline = load_pipeline(pipeline_root)
+    found = matrix.matrices(pipeline, PLAN)
     assert [e["id"] for e in found["cpu"]["include"]] == ["correctness-interpreter-triton-3.4-1of2"]
     assert "image" not in found["cpu"]["include"][0]
     amd, nvidia = found["gpu"]["include"]
-    lock38 = hashlib.sha256((pipeline_root / "containers/triton-3.8/requirements.lock").read_bytes()).hexdigest()[:12]
-    assert amd["image"] == f"mha-ci/triton-3.8-rocm:{lock38}"
+    # the references python -m mha_ci.containers builds and images.yml publishes, per platform lock
+    specs = {(s.toolchain, s.platform): s for s in discover(pipeline.toolchains.values())}
+    assert amd["image"] == specs["triton-3.8", "rocm"].reference()
+    assert nvidia["image"] == specs["triton-3.4", "cuda"].reference()
+    assert specs["triton-3.4", "cuda"].lock.name == "requirements-cuda.lock"
+    assert amd["image"].startswith("ghcr.io/owner/repo/triton-3.8-rocm:")
+    assert nvidia["image"].startswith("ghcr.io/owner/repo/triton-3.4-cuda:")
     assert amd["container_options"] == "--device /dev/kfd --device /dev/dri --group-add video --security-opt seccomp=unconfined"
-    assert nvidia["image"].startswith("mha-ci/triton-3.4-cuda:") and nvidia["container_options"] == "--gpus all"
+    assert nvidia["container_options"] == "--gpus all"
     assert json.loads(amd["runs_on"]) == ["self-hosted", "linux", "mi355x"]
+
+
+def test_gpu_image_tag_follows_the_platform_lock_not_the_cpu_lock(pipeline_root):
+    before = matrix.matrices(load_pipeline(pipeline_root), PLAN)["gpu"]["include"][1]["image"]
+    cpu_lock = pipeline_root / "containers/triton-3.4/requirements.lock"
+    cpu_lock.write_text(cpu_lock.read_text() + "# cpu only\n")
+    assert matrix.matrices(load_pipeline(pipeline_root), PLAN)["gpu"]["include"][1]["image"] == before
+    cuda_lock = pipeline_root / "containers/triton-3.4/requirements-cuda.lock"
+    cuda_lock.write_text(cuda_lock.read_text() + "# cuda\n")
+    assert matrix.matrices(load_pipeline(pipeline_root), PLAN)["gpu"]["include"][1]["image"] != before
+
+
+def test_matrix_refuses_a_gpu_job_whose_platform_has_no_dockerfile(pipeline_root):
+    (pipeline_root / "containers/triton-3.4/Dockerfile.cuda").unlink()
+    with pytest.raises(ConfigError, match="Dockerfile.cuda does not exist"):
+        matrix.matrices(load_pipeline(pipeline_root), PLAN)
 
 
 def test_matrix_command_prints_github_output_lines(pipeline_root, tmp_path, capsys):

@@ -64,8 +64,13 @@ class Computed:
 
 def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Executor, out_dir: Path, *,
             job_arch: Arch | None = None, jobs: int | None = None, only: str | None = None,
-            package: str = "mha", determinism_sample: int = 3, use_cache: bool = True) -> Computed:
+            package: str = "mha", determinism_sample: int = 3, use_cache: bool = True,
+            platform: str = "cpu") -> Computed:
+    """platform: the toolchain environment that compiles. Ahead-of-time compiles need no device,
+    so cpu by default; cuda compiles the same variants in the sm90 jobs' image or venv, to show
+    that environment produces the same code objects."""
     targets = compile_archs(archs)
+    toolchain = toolchain.on(platform)
     if not targets:
         raise MhaCiError("no arch with a compile_target selected (archs.yaml compile_target)")
     relative = f"{OUT_SUBDIR}/{toolchain.name}.json"
@@ -84,8 +89,7 @@ def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Execu
     out_file = Path(out_dir) / relative
     if out_file.exists():
         out_file.unlink()          # never read a previous run's file as this run's result
-    # Ahead-of-time compiles need no device: whatever the targets, they run in the cpu environment.
-    result = executor.run(PayloadRun(module="checksums", args=tuple(args), toolchain=toolchain.on("cpu"),
+    result = executor.run(PayloadRun(module="checksums", args=tuple(args), toolchain=toolchain,
                                      arch=job_arch or targets[0], out_dir=Path(out_dir),
                                      timeout_s=PAYLOAD_TIMEOUT_S, log_prefix=f"checksums {toolchain.name}"))
     if result.error or result.timed_out or not out_file.is_file() or result.exit_code not in (0, 1):

@@ -41,6 +41,9 @@ def register(sub) -> None:
     p.add_argument("--only", default=None, help="only variants whose key contains this (development aid; "
                                                  "verify then compares only those)")
     p.add_argument("--no-cache", action="store_true", help="compile everything (no on-disk compile cache)")
+    p.add_argument("--platform", choices=("cpu", "cuda"), default="cpu",
+                   help="toolchain environment that compiles (default cpu; cuda: the sm90 jobs' "
+                        "image or venv, to compare its code objects with the cpu one's)")
     p.set_defaults(handler=handle)
 
 
@@ -92,7 +95,8 @@ def handle(args) -> int:
         # then takes the CPU image, not the ROCm one of the first GPU arch).
         cpu_arch = next((a for a in pipeline.archs.values() if a.device == "none"), None)
         computed = checksums_job.compute(args.root, toolchain, archs, executor, out_dir, jobs=args.jobs,
-                                         only=args.only, use_cache=not args.no_cache, job_arch=cpu_arch)
+                                         only=args.only, use_cache=not args.no_cache, job_arch=cpu_arch,
+                                         platform=args.platform if toolchain.name != HOST else "cpu")
         stats = computed.codeobjs.stats or {}
         print(f"mha-ci: {toolchain.name}: {len(computed.codeobjs.records)} code objects -> {computed.path} "
               f"({stats.get('total_s', '?')} s; {stats.get('cached', '?')} cached, {stats.get('compiled', '?')} compiled)")

@@ -16,12 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mha_ci.containers.images import ImageSpec
+from mha_ci.containers.images import CONTEXT_FILES, ImageSpec
 from mha_ci.errors import EnvironmentProblem
-
-CHECK_PINS = Path(__file__).with_name("check_pins.py")
-# Files (besides Dockerfile and lock) whose content goes into every image: part of the tag.
-CONTEXT_FILES = (CHECK_PINS,)
 
 
 def cache_root(spec: ImageSpec) -> Path:
@@ -61,6 +57,19 @@ def install_lock_text(spec: ImageSpec) -> str:
     return header + "\n".join(entries[n] for n in names) + "\n"
 
 
+# glibc of the images' Debian bookworm base: a manylinux_2_N wheel installs there for N <= 36.
+# Every N, not a few: wheels carry one tag each (nvidia-cuda-cupti 13.0.85 is manylinux_2_25
+# only), and a tag missing here makes pip report the pinned version as not existing.
+IMAGE_GLIBC_MINOR = 36
+
+
+def wheel_platforms(glibc_minor: int = IMAGE_GLIBC_MINOR) -> list[str]:
+    """pip --platform tags an x86_64 image with glibc 2.<glibc_minor> accepts, newest first."""
+    tags = [f"manylinux_2_{n}_x86_64" for n in range(glibc_minor, 4, -1)]
+    return tags + ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64",
+                   "linux_x86_64", "any"]
+
+
 def pip_download_command(lock: Path, dest: Path, python_version: str) -> list[str]:
     """`pip download` of exactly the lock's wheels for the image's Python (cp311 for bookworm)."""
     py = python_version.replace(".", "")
@@ -68,8 +77,7 @@ def pip_download_command(lock: Path, dest: Path, python_version: str) -> list[st
            "--only-binary=:all:", "--disable-pip-version-check", "--progress-bar", "off",
            "--python-version", python_version, "--implementation", "cp",
            "--abi", f"cp{py}", "--abi", "abi3", "--abi", "none"]
-    for plat in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
-                 "manylinux2014_x86_64", "linux_x86_64", "any"):
+    for plat in wheel_platforms():
         cmd += ["--platform", plat]
     return cmd + ["-r", str(lock), "-d", str(dest)]
 

@@ -7,8 +7,8 @@ import re
 import time
 from dataclasses import dataclass
 
-from mha_ci.containers.context import CONTEXT_FILES, assemble, cache_root
-from mha_ci.containers.images import ImageSpec
+from mha_ci.containers.context import assemble, cache_root
+from mha_ci.containers.images import LOCAL_REGISTRY, ImageSpec, registry
 from mha_ci.errors import EnvironmentProblem
 
 START_DOCKERD = ("start dockerd: `sudo dockerd >/tmp/dockerd.log 2>&1 &` or "
@@ -46,12 +46,13 @@ def image_digest(image) -> str:
 
 @dataclass(frozen=True)
 class BuiltImage:
-    tag: str
+    tag: str                    # the spec's reference (registry/name:content-digest)
     id: str
     base_ref: str
     base_digest: str
     built: bool                 # False when an existing image with this tag was reused
     seconds: float
+    pulled: bool = False        # True when it came from the registry of the reference
 
 
 def base_image(client, spec: ImageSpec):
@@ -67,29 +68,36 @@ def base_image(client, spec: ImageSpec):
         raise EnvironmentProblem(f"base image {ref} of {spec.dockerfile} is missing: {hint}")
 
 
-def expected_tag(client, spec: ImageSpec) -> str:
-    """The tag `spec` builds to now (needs the base image: its id is part of the tag)."""
-    return spec.tag(base_image_id=base_image(client, spec).id, extra_files=CONTEXT_FILES)
+def _base_digest_of(image) -> str:
+    """The base digest an image was built from (its label), for results of a pulled image."""
+    return (image.labels or {}).get(LABEL_BASE_DIGEST, "unknown")
 
 
-def ensure_image(client, spec: ImageSpec, *, force: bool = False, log=print) -> BuiltImage:
-    """The image for `spec`, built only when no image carries its content tag (or force)."""
+def ensure_image(client, spec: ImageSpec, *, force: bool = False, build: bool = True,
+                 log=print) -> BuiltImage:
+    """The image for `spec`: the local one with its reference, else pulled from the reference's
+    registry (when one is configured), else built (when `build`); force: always build."""
     t0 = time.monotonic()
+    tag = spec.reference()
+    if not force:
+        found, pulled = _here_or_pulled(client, spec, tag, log)
+        if found is not None:
+            return BuiltImage(tag, found.id, spec.base_image, _base_digest_of(found), False,
+                              time.monotonic() - t0, pulled=pulled)
+    if not build:
+        raise EnvironmentProblem(f"image {tag} is neither here nor in its registry: build it with "
+                                 f"`python -m mha_ci.containers build --toolchain {spec.toolchain} "
+                                 f"--platform {spec.platform}`")
     base = base_image(client, spec)
-    tag = spec.tag(base_image_id=base.id, extra_files=CONTEXT_FILES)
-    existing = None if force else _existing(client, tag)
-    if existing is not None:
-        return BuiltImage(tag, existing.id, spec.base_image, image_digest(base), False,
-                          time.monotonic() - t0)
     locks = cache_root(spec) / "contexts"
     locks.mkdir(parents=True, exist_ok=True)
     # One build per image at a time (two jobs, or two test sessions, may ask at once); the
     # context folder is shared, and the second one finds the first one's image when it gets in.
-    with open(locks / f".{spec.toolchain}-{spec.platform}.lock", "w") as lock_file:
+    with open(locks / f".{spec.name}.lock", "w") as lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         existing = None if force else _existing(client, tag)
         if existing is not None:
-            return BuiltImage(tag, existing.id, spec.base_image, image_digest(base), False,
+            return BuiltImage(tag, existing.id, spec.base_image, _base_digest_of(existing), False,
                               time.monotonic() - t0)
         return _build_locked(client, spec, base, tag, t0, log)
 
@@ -101,6 +109,63 @@ def _existing(client, tag: str):
         return client.images.get(tag)
     except docker.errors.ImageNotFound:
         return None
+
+
+def _here_or_pulled(client, spec: ImageSpec, reference: str, log):
+    """(image, pulled): the image under `reference` on this machine, else (with a registry set)
+    the same content digest built here under the local name and tagged anew, else pulled;
+    (None, False) when none of these has it."""
+    image = _existing(client, reference)
+    if image is not None or registry() == LOCAL_REGISTRY:
+        return image, False
+    local = _existing(client, spec.reference(LOCAL_REGISTRY))
+    if local is not None:
+        local.tag(*reference.rsplit(":", 1))
+        return client.images.get(reference), False
+    image = pull(client, reference, log)
+    return image, image is not None
+
+
+def pull(client, reference: str, log=print):
+    """The image `reference` pulled from its registry, or None when the registry lacks it.
+    An unreachable registry is an EnvironmentProblem: 'not there' and 'cannot ask' differ."""
+    import docker.errors
+
+    try:
+        log(f"pulling {reference}")
+        return client.images.pull(reference)
+    except docker.errors.NotFound:
+        return None
+    except docker.errors.APIError as e:
+        if "manifest unknown" in str(e) or "not found" in str(e).lower():
+            return None
+        raise EnvironmentProblem(f"pulling {reference} failed: {e}") from e
+
+
+def in_registry(client, reference: str) -> bool:
+    """Whether the registry holds `reference` (asks the registry, downloads nothing)."""
+    import docker.errors
+
+    try:
+        client.images.get_registry_data(reference)
+        return True
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError as e:
+        if "manifest unknown" in str(e) or "not found" in str(e).lower():
+            return False
+        raise EnvironmentProblem(f"asking the registry for {reference} failed: {e}") from e
+
+
+def push(client, reference: str, log=print) -> None:
+    """Push a local image to the registry its reference names; a refused push is an error."""
+    repository, tag = reference.rsplit(":", 1)
+    for chunk in client.images.push(repository, tag=tag, stream=True, decode=True):
+        if "error" in chunk:
+            detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
+            raise EnvironmentProblem(f"pushing {reference} failed: {detail}")
+        if "aux" in chunk and "Digest" in chunk["aux"]:
+            log(f"pushed {reference} ({chunk['aux']['Digest']})")
 
 
 def _build_locked(client, spec: ImageSpec, base, tag: str, t0: float, log) -> BuiltImage:
@@ -119,7 +184,7 @@ _LAYER = re.compile(r"^ ---> ([0-9a-f]{12})$")
 
 def _build(client, spec: ImageSpec, path, tag: str, labels: dict[str, str], log) -> str:
     """Run the build through the low-level API so that the log streams line by line."""
-    prefix = f"[build {spec.toolchain}-{spec.platform}] "
+    prefix = f"[build {spec.name}] "
     step, image_id, tail = "(before the first step)", None, []
     # Last layer of each earlier stage of a multi-stage build: left behind as an untagged
     # image (2 GB for the wheel-installing stage), so it is removed after a successful build.

@@ -1,23 +1,39 @@
-"""Which image a toolchain needs on a platform, and the tag that names its content.
+"""Which image a toolchain needs on a platform, and the one reference that names it.
 
-A tag is derived from everything that decides what ends up in the image: the Dockerfile, the
-lock file, the files the build context adds, the build arguments and the base image's id. So an
-image is rebuilt exactly when one of those changes, and two machines with the same inputs agree
-on the tag without asking each other.
+A reference is `<registry>/<toolchain>-<platform>:<content digest>`. The digest is derived from
+everything that decides what ends up in the image and is written in the checkout: the
+Dockerfile, the lock file, the files the build context adds, the build arguments and the base
+image's reference as the Dockerfile (or a build argument) writes it. Nothing of the local docker
+daemon goes in, so the workflow's plan job (no docker) and the image build compute the same
+reference, and an image is rebuilt exactly when one of those inputs changes. The base image's
+actual digest is not part of the tag: it is recorded as a label and in every result instead (a
+base pinned `@sha256:` in the Dockerfile is part of the reference string, hence of the tag).
+
+The registry is fully qualified (`ghcr.io/<owner>/<repo>` in GitHub, `MHA_CI_REGISTRY`), never a
+bare `mha-ci/...`: docker resolves an unqualified name on Docker Hub, where anyone can register
+that namespace. Without MHA_CI_REGISTRY, images are named under `localhost/mha-ci`, which docker
+treats as a registry host of this machine: a missing local image can never be pulled from
+someone else's account.
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Arch.device -> the Dockerfile suffix of the platform image that provides it.
-PLATFORM_FOR_DEVICE = {"none": "cpu", "amd-gpu": "rocm", "nvidia-gpu": "cuda"}
+from mha_ci.errors import ConfigError
 
+REGISTRY_ENV = "MHA_CI_REGISTRY"
+LOCAL_REGISTRY = "localhost/mha-ci"
 DEFAULT_CPU_BASE = "mha-ci/debian-bookworm:base"
 TAG_HEX_DIGITS = 12
-_TAG_SCHEME = b"mha-ci.image/1"   # bump when the tag recipe itself changes
+_TAG_SCHEME = b"mha-ci.image/2"   # bump when the tag recipe itself changes
+
+# Files (besides Dockerfile and lock) whose content the build context puts into every image.
+CHECK_PINS = Path(__file__).with_name("check_pins.py")
+CONTEXT_FILES = (CHECK_PINS,)
 
 # A Dockerfile states what it needs from the builder in comment lines like
 #   # mha-ci.build-network: host
@@ -25,6 +41,21 @@ _TAG_SCHEME = b"mha-ci.image/1"   # bump when the tag recipe itself changes
 _DIRECTIVE = re.compile(r"^#\s*mha-ci\.([a-z-]+):\s*(\S.*?)\s*$")
 # The base a Dockerfile builds from: `ARG BASE_IMAGE=...` default, overridable by build argument.
 _BASE_ARG = re.compile(r"^ARG\s+BASE_IMAGE=(\S+)\s*$", re.MULTILINE)
+# registry host[:port] followed by at least one path component, lower case (OCI references)
+_REGISTRY = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+$")
+
+
+def registry(environ: dict[str, str] | None = None) -> str:
+    """Where images are named and published: $MHA_CI_REGISTRY, else the local-only prefix."""
+    value = (environ if environ is not None else os.environ).get(REGISTRY_ENV, "").strip().rstrip("/")
+    if not value:
+        return LOCAL_REGISTRY
+    host = value.split("/", 1)[0]
+    # A first component without a dot, colon or "localhost" is a Docker Hub user, not a registry.
+    if not _REGISTRY.match(value) or not ("." in host or ":" in host or host == "localhost"):
+        raise ConfigError(f"{REGISTRY_ENV}={value!r} is not a fully qualified, lower-case registry "
+                          "path (e.g. ghcr.io/owner/repo or 127.0.0.1:5000/owner/repo)")
+    return value
 
 
 @dataclass(frozen=True)
@@ -38,8 +69,8 @@ class ImageSpec:
     build_args: dict[str, str] = field(default_factory=dict)
 
     @property
-    def repository(self) -> str:
-        return f"mha-ci/{self.toolchain}-{self.platform}"
+    def name(self) -> str:
+        return f"{self.toolchain}-{self.platform}"
 
     @property
     def directives(self) -> dict[str, str]:
@@ -67,12 +98,16 @@ class ImageSpec:
         m = _BASE_ARG.search(self.dockerfile.read_text())
         return m.group(1) if m else DEFAULT_CPU_BASE
 
-    def tag(self, base_image_id: str = "", extra_files: tuple[Path, ...] = ()) -> str:
-        return f"{self.repository}:{content_digest(self, base_image_id, extra_files)}"
+    def repository(self, registry_prefix: str | None = None) -> str:
+        return f"{registry_prefix or registry()}/{self.name}"
+
+    def reference(self, registry_prefix: str | None = None,
+                  extra_files: tuple[Path, ...] = CONTEXT_FILES) -> str:
+        """The image's one name: what the build tags, the registry holds and jobs pull."""
+        return f"{self.repository(registry_prefix)}:{content_digest(self, extra_files)}"
 
 
-def content_digest(spec: ImageSpec, base_image_id: str = "",
-                   extra_files: tuple[Path, ...] = ()) -> str:
+def content_digest(spec: ImageSpec, extra_files: tuple[Path, ...] = CONTEXT_FILES) -> str:
     """Hex digest of what decides the image's content (see module docstring)."""
     h = hashlib.sha256(_TAG_SCHEME)
 
@@ -87,7 +122,7 @@ def content_digest(spec: ImageSpec, base_image_id: str = "",
         part(f"file:{f.name}", f.read_bytes())
     for k in sorted(spec.build_args):
         part(f"arg:{k}", spec.build_args[k].encode())
-    part("base", (base_image_id or spec.base_image).encode())
+    part("base", spec.base_image.encode())
     return h.hexdigest()[:TAG_HEX_DIGITS]
 
 
@@ -102,11 +137,19 @@ def image_spec(container_dir: Path, toolchain: str, platform: str,
                      lock=lock or container_dir / "requirements.lock", build_args=dict(build_args or {}))
 
 
-def discover(containers_root: Path) -> list[ImageSpec]:
-    """Every (toolchain, platform) image under containers/, in a stable order."""
+def spec_for(toolchain) -> ImageSpec | None:
+    """The image of a model Toolchain on its current platform (Toolchain.on(p)), with that
+    platform's lock; None when containers/<toolchain>/ has no Dockerfile for it."""
+    return image_spec(toolchain.container_dir, toolchain.name, toolchain.platform, lock=toolchain.lock)
+
+
+def discover(toolchains) -> list[ImageSpec]:
+    """Every (toolchain, platform) image of the pipeline's toolchains (model Toolchain objects,
+    in pipeline order) that has a Dockerfile, each with its platform's lock."""
     specs = []
-    for lock in sorted(containers_root.glob("*/requirements.lock")):
-        for dockerfile in sorted(lock.parent.glob("Dockerfile.*")):
-            specs.append(ImageSpec(toolchain=lock.parent.name, platform=dockerfile.suffix[1:],
-                                   dockerfile=dockerfile, lock=lock))
+    for toolchain in toolchains:
+        for platform in sorted(toolchain.platforms or {toolchain.platform: None}):
+            spec = spec_for(toolchain.on(platform))
+            if spec is not None:
+                specs.append(spec)
     return specs

@@ -22,8 +22,8 @@ import time
 import uuid
 from pathlib import Path
 
-from mha_ci.containers.engine import BuildFailed, connect, ensure_image, expected_tag
-from mha_ci.containers.images import image_spec
+from mha_ci.containers.engine import BuildFailed, connect, ensure_image
+from mha_ci.containers.images import spec_for
 from mha_ci.errors import EnvironmentProblem
 from mha_ci.executors.base import Executor, PayloadResult, PayloadRun
 from mha_ci.executors.local_process import PAYLOAD_ENVIRONMENT_EXIT, payload_environment
@@ -112,7 +112,8 @@ class DockerExecutor(Executor):
                  build: bool = True, log=_print_line) -> None:
         """root: the checkout (default: derived from the toolchain's containers/ folder).
         mem_limit: docker memory limit for each container (e.g. "16g"); None = no limit.
-        build: build a missing image on demand (False: a missing image is an error)."""
+        build: build a missing image on demand (False: an image neither here nor in the
+        registry is an error)."""
         self.root = root
         self.mem_limit = mem_limit
         self.build = build
@@ -126,19 +127,15 @@ class DockerExecutor(Executor):
         return self._client
 
     def image_for(self, payload: PayloadRun):
-        platform = payload.toolchain.platform
-        spec = image_spec(payload.toolchain.container_dir, payload.toolchain.name, platform,
-                          lock=payload.toolchain.lock)
+        """The toolchain's image on the job's platform (toolchain.platform follows the arch):
+        local, else pulled by its reference (MHA_CI_REGISTRY), else built when allowed."""
+        spec = spec_for(payload.toolchain)
         if spec is None:
             raise EnvironmentProblem(
                 f"no image for {payload.toolchain.name} on {payload.arch.name}: "
-                f"{payload.toolchain.container_dir}/Dockerfile.{platform} does not exist "
-                f"(run this job with --executor venv or host)")
-        if not self.build:
-            tag = expected_tag(self.client, spec)
-            if not self.client.images.list(name=tag):
-                raise EnvironmentProblem(f"image {tag} missing: run `make containers`")
-        return ensure_image(self.client, spec, log=self.log)
+                f"{payload.toolchain.container_dir}/Dockerfile.{payload.toolchain.platform} does not "
+                f"exist (run this job with --executor venv or host)")
+        return ensure_image(self.client, spec, build=self.build, log=self.log)
 
     def run(self, payload: PayloadRun) -> PayloadResult:
         root = (self.root or payload.toolchain.container_dir.parent.parent).resolve()

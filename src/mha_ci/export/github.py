@@ -1,12 +1,14 @@
 """The GitHub Actions workflows, generated from pipelines/ (`mha-ci export github`).
 
-Three workflows, one planning pattern:
+Four workflows; pr.yml and main.yml share one planning pattern:
 
 - pr.yml: pull requests. `plan` asks `mha-ci plan` (labels and changed paths decide), turns the
   plan into job matrices (export/matrix.py), every planned job runs in its own matrix entry, and
   `gate` fails unless every planned job left a passing result (export/gate.py).
 - main.yml: pushes to main and manual dispatch: the same pattern; jobs.yaml's `push` and `manual`
   events say what runs (correctness, checksums and perf on every arch).
+- images.yml: builds and publishes the toolchain images the GPU jobs run in, to the repository's
+  own registry, under the references the plan job gives them (export/images_workflow.py).
 - nightly.yml: one refresh job per arch jobs.yaml gives the `refresh` kind; each re-measures its
   arch and opens a pull request with the new baselines (mha_ci.refresh).
 
@@ -33,6 +35,7 @@ from pathlib import Path
 
 from mha_ci.export import yaml_text
 from mha_ci.export.gate import ARTIFACT_PREFIX
+from mha_ci.export.images_workflow import PULL_CREDENTIALS, REGISTRY_FROM_REPOSITORY, images_workflow
 from mha_ci.model.pipeline import Pipeline
 
 WORKFLOWS_DIR = Path(".github/workflows")
@@ -94,7 +97,9 @@ def _plan_steps(plan_command: str, env: dict, changed_files_step: dict | None) -
         steps.append(changed_files_step)
     steps += [
         {"name": "Plan", **({"env": env} if env else {}), "run": plan_command + "\ncat plan.json\n"},
-        {"name": "Job matrices", "id": "matrix", "run": 'mha-ci export matrix --plan plan.json >> "$GITHUB_OUTPUT"'},
+        # the GPU entries name images of this repository's registry (export/images_workflow.py)
+        {"name": "Job matrices", "id": "matrix",
+         "run": REGISTRY_FROM_REPOSITORY + 'mha-ci export matrix --plan plan.json >> "$GITHUB_OUTPUT"\n'},
         {"name": "Keep the plan", "uses": UPLOAD, "with": {"name": "plan", "path": "plan.json"}},
     ]
     return steps
@@ -138,7 +143,9 @@ def _matrix_job(group: str, trusted_only: bool = False) -> dict:
         "strategy": {"fail-fast": False, "matrix": f"${{{{ fromJSON(needs.plan.outputs.{group}) }}}}"},
     }
     if group == "gpu":
-        job["container"] = {"image": "${{ matrix.image }}", "options": "${{ matrix.container_options }}"}
+        job["container"] = {"image": "${{ matrix.image }}", "options": "${{ matrix.container_options }}",
+                            "credentials": PULL_CREDENTIALS}
+        job["permissions"] = {"contents": "read", "packages": "read"}   # pull from ghcr.io
         job["steps"] = _job_steps(executor="host", in_container=True)
     else:
         job["steps"] = _job_steps(executor="venv", in_container=False)
@@ -325,6 +332,8 @@ def generate(pipeline: Pipeline) -> list[GeneratedFile]:
         GeneratedFile(WORKFLOWS_DIR / "pr.yml", _workflow_text(pr_workflow(pipeline))),
         GeneratedFile(WORKFLOWS_DIR / "main.yml", _workflow_text(main_workflow(pipeline))),
         GeneratedFile(WORKFLOWS_DIR / "nightly.yml", _workflow_text(nightly_workflow(pipeline))),
+        GeneratedFile(WORKFLOWS_DIR / "images.yml",
+                      _workflow_text(images_workflow(pipeline, _checkout(), _setup_python()))),
         GeneratedFile(ACTIONLINT_CONFIG, yaml_text.dump(actionlint_config(pipeline), HEADER)),
     ]
 

@@ -13,10 +13,10 @@ switched off per matrix entry:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
+from mha_ci.containers.images import spec_for
 from mha_ci.errors import ConfigError
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Arch, Toolchain
@@ -28,19 +28,19 @@ CONTAINER_OPTIONS = {
     "amd-gpu": "--device /dev/kfd --device /dev/dri --group-add video --security-opt seccomp=unconfined",
     "nvidia-gpu": "--gpus all",
 }
-IMAGE_PLATFORM = {"amd-gpu": "rocm", "nvidia-gpu": "cuda", "none": "cpu"}
-IMAGE_REPOSITORY = "mha-ci"
-LOCK_HASH_CHARS = 12
-
-
-def lock_hash(toolchain: Toolchain) -> str:
-    """The lock file's sha256, shortened: an image is rebuilt exactly when its pins change."""
-    return hashlib.sha256(Path(toolchain.lock).read_bytes()).hexdigest()[:LOCK_HASH_CHARS]
 
 
 def image_reference(toolchain: Toolchain, arch: Arch) -> str:
-    """e.g. mha-ci/triton-3.4-rocm:3f2a9c01d4e5 (built on the runner from containers/<toolchain>/)."""
-    return f"{IMAGE_REPOSITORY}/{toolchain.name}-{IMAGE_PLATFORM[arch.device]}:{lock_hash(toolchain)}"
+    """The reference of the toolchain's image on the arch's platform, e.g.
+    ghcr.io/owner/repo/triton-3.4-cuda:<content digest>: exactly what images.yml publishes and
+    `python -m mha_ci.containers` builds (one function, ImageSpec.reference; the registry is
+    $MHA_CI_REGISTRY, which the workflow sets from the repository)."""
+    on_platform = toolchain.on(arch.platform)
+    spec = spec_for(on_platform)
+    if spec is None:
+        raise ConfigError(f"arch {arch.name} runs {toolchain.name} in an image, but "
+                          f"{on_platform.container_dir}/Dockerfile.{arch.platform} does not exist")
+    return spec.reference()
 
 
 def runs_on(arch: Arch) -> str:
