@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-# (batch, Hq, Hk, S, Dqk, Dv, causal), from FACTS.md.
+# (batch, Hq, Hk, S, Dqk, Dv, causal), from docs/facts.md.
 SHAPES = [
     (1, 128, 128, 8192, 192, 128, True),
     (8, 48, 8, 2048, 64, 64, True),

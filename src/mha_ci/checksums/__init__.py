@@ -1,6 +1,6 @@
 """Code-object checksums: every kernel variant the configs can select, compiled ahead of time.
 
-Two halves, split by where they run (DESIGN.md data flow):
+Two halves, split by where they run (docs/architecture.md, data flow):
 - inside a toolchain environment (payload side, stdlib + triton + mha only):
   `variants` (what to compile), `compile` (how, in a process pool, with a cache),
   `resources` (registers / spills read from the code object itself);

@@ -4,7 +4,7 @@ Runs inside a toolchain environment (payload side): stdlib + triton + the kernel
 
 Why each setting:
 - TRITON_DISABLE_LINE_INFO=1: code objects otherwise embed the source file's path through debug
-  line info, so one kernel hashes differently in two checkouts (FACTS.md, line-info path leak).
+  line info, so one kernel hashes differently in two checkouts (docs/facts.md, line-info path leak).
 - TRITON_HIP_LLD_PATH: Triton 3.4 links AMD code objects with an external ld.lld, and Debian's
   default lld 14 fails to link them; lld 19 works. Triton >= 3.5 links by itself. A toolchain
   that needs a linker and has none is an environment error for its AMD variants, never a skip.

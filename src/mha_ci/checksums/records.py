@@ -1,11 +1,11 @@
-"""The stored code-object format, "schema": "mha-ci.codeobj/1" (DESIGN.md, Stored formats).
+"""The stored code-object format, "schema": "mha-ci.codeobj/1" (docs/architecture.md, stored formats).
 
 ```
 {"schema": "mha-ci.codeobj/1",
  "toolchain": {"name": "triton-3.4", "triton": "3.4.0", "torch": ..., "python": ..., "lock_sha256": ...},
  "records": [{"key", "arch", "bucket", "sha256", "shared_bytes", "registers", "spills", ...}, ...]}
 ```
-Besides the fields DESIGN.md fixes, each record carries what `explain` needs to say *why* a
+Besides the fields docs/architecture.md fixes, each record carries what `explain` needs to say *why* a
 checksum moved: the kernel and pass, num_warps / num_stages, the effective config of its
 bucket and its hash, and a hash of the kernel's source (comments stripped). Records are sorted
 by key and the file is written atomically, so a stored file changes only where a variant did.

@@ -1,7 +1,7 @@
 """Build context of an image: Dockerfile, lock, pin check and a host-downloaded wheelhouse.
 
 Why a wheelhouse: pip inside a container reaches the package index only with --network host
-and the host's CA bundle (FACTS.md). Downloading on the host with `--require-hashes` and
+and the host's CA bundle (docs/facts.md). Downloading on the host with `--require-hashes` and
 installing in the image with `--no-index --require-hashes` keeps the image build offline for
 Python packages and checks every wheel twice against the lock's sha256.
 """
