@@ -134,10 +134,8 @@ def pull(client, reference: str, log=print):
     try:
         log(f"pulling {reference}")
         return client.images.pull(reference)
-    except docker.errors.NotFound:
-        return None
     except docker.errors.APIError as e:
-        if "manifest unknown" in str(e) or "not found" in str(e).lower():
+        if _not_in_registry(e):
             return None
         raise EnvironmentProblem(f"pulling {reference} failed: {e}") from e
 
@@ -149,12 +147,19 @@ def in_registry(client, reference: str) -> bool:
     try:
         client.images.get_registry_data(reference)
         return True
-    except docker.errors.NotFound:
-        return False
     except docker.errors.APIError as e:
-        if "manifest unknown" in str(e) or "not found" in str(e).lower():
+        if _not_in_registry(e):
             return False
         raise EnvironmentProblem(f"asking the registry for {reference} failed: {e}") from e
+
+
+def _not_in_registry(error) -> bool:
+    """A registry's 'no such image' (NotFound, or an APIError saying so), not a failure to ask."""
+    import docker.errors
+
+    text = str(error)
+    return (isinstance(error, docker.errors.NotFound) or "manifest unknown" in text
+            or "not found" in text.lower())
 
 
 def push(client, reference: str, log=print) -> None:

@@ -39,6 +39,8 @@ class PayloadResult:
 
 class Executor(abc.ABC):
     name: str
+    # Whether payloads enforce the lock's pins or only record them (`--pins record`, host only).
+    pin_mode: str = "enforce"
 
     @abc.abstractmethod
     def run(self, payload: PayloadRun) -> PayloadResult:

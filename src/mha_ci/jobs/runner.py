@@ -180,8 +180,7 @@ def run_jobs(jobs: list[PlannedJob], pipeline, executor: Executor, out_dir: Path
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "junit").mkdir(exist_ok=True)
     report = RunReport(out_dir=out_dir, executor=executor.name, not_run=list(not_run), skipped=list(skipped),
-                       provenance=provenance or run_provenance(
-                           pipeline, executor.name, getattr(executor, "pin_mode", "enforce")),
+                       provenance=provenance or run_provenance(pipeline, executor.name, executor.pin_mode),
                        pending=[p.job.id for p in jobs])
     write_reports(report, summary)
     try:

@@ -16,7 +16,6 @@ EVENT_KINDS = ("pull_request", "push", "schedule", "manual")
 
 # Arch.device -> the platform whose environment (lock, image) a job of that arch runs in.
 PLATFORM_OF_DEVICE = {"none": "cpu", "nvidia-gpu": "cuda", "amd-gpu": "rocm"}
-PLATFORMS = ("cpu", "cuda", "rocm")
 
 
 @dataclass(frozen=True)

@@ -75,21 +75,18 @@ def spec_from_environment() -> dict:
 
 def check(spec: dict) -> dict[str, str | None]:
     """The installed versions; raises PinMismatch (all mismatches in one message) when enforcing."""
-    if spec["mode"] not in ("enforce", "record"):
-        raise PinMismatch(f"unknown pin mode {spec['mode']!r} (enforce | record)")
-    if spec["mode"] == "enforce":
-        problems = mismatches(spec["toolchain"], spec["pins"])
-        if problems:
-            raise PinMismatch("\n".join(problems))
-    return versions(spec["pins"])
+    return report(spec)["versions"]
 
 
 def report(spec: dict) -> dict:
     """What a result records about its environment: the installed versions, the pin mode, the
     mismatches (also in record mode) and `pins_checked`, true only when every pin matched."""
-    found = check(spec)
+    if spec["mode"] not in ("enforce", "record"):
+        raise PinMismatch(f"unknown pin mode {spec['mode']!r} (enforce | record)")
     problems = mismatches(spec["toolchain"], spec["pins"])
-    return {"versions": found, "pin_mode": spec["mode"], "pin_mismatches": problems,
+    if problems and spec["mode"] == "enforce":
+        raise PinMismatch("\n".join(problems))
+    return {"versions": versions(spec["pins"]), "pin_mode": spec["mode"], "pin_mismatches": problems,
             "pins_checked": not problems}
 
 

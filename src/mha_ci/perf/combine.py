@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 
 from mha_ci.errors import ConfigError
-from mha_ci.perf.compare import incomparable
+from mha_ci.perf import comparable
 from mha_ci.perf.document import SCHEMA
 
 MIN_RUNS = 2
@@ -55,7 +55,7 @@ def combine(docs: list[dict], names: list[str] | None = None, max_noise_pct: flo
         raise ConfigError(f"combine needs at least {MIN_RUNS} runs, got {len(docs)}")
     first = docs[0]
     for name, doc in zip(names[1:], docs[1:]):
-        why = incomparable(first["provenance"], doc["provenance"], cross_toolchain=False)
+        why = comparable.refusal(first["provenance"], doc["provenance"])
         if why:
             raise ConfigError(f"{name} cannot be combined with {names[0]}: {why}")
         if _method_core(doc["method"]) != _method_core(first["method"]):
@@ -119,7 +119,7 @@ def roll(old: dict | None, new: dict, window: int) -> tuple[dict, str | None]:
     if old is None:
         reset = "no stored baseline"
     else:
-        reset = incomparable(old["provenance"], new["provenance"], cross_toolchain=False)
+        reset = comparable.refusal(old["provenance"], new["provenance"])
         if not reset and _method_core(old["method"]) != _method_core(new["method"]):
             reset = "the stored baseline was measured with another method"
     history = {} if reset else {e["key"]: e for e in old["results"] if e.get("stats")}

@@ -144,15 +144,10 @@ def _provenance_brief(p: dict) -> dict:
                                   "executor", "image_digest", "planted_slowdown_pct")}
 
 
-def incomparable(base: dict, cand: dict, cross_toolchain: bool) -> str | None:
-    """Why two provenances must not be compared shape by shape, or None (mha_ci.perf.comparable)."""
-    return comparable.refusal(base, cand, cross_toolchain)
-
-
 def compare(baseline: dict, candidate: dict, policy: GatePolicy, cross_toolchain: bool = False) -> Comparison:
     """Classify every shape; both arguments are mha-ci.perf/1 documents (document.load_perf)."""
     base_p, cand_p = baseline["provenance"], candidate["provenance"]
-    refused = incomparable(base_p, cand_p, cross_toolchain)
+    refused = comparable.refusal(base_p, cand_p, cross_toolchain)
     base = {e["key"]: e for e in baseline["results"]}
     cand = {e["key"]: e for e in candidate["results"]}
     # A pull-request measurement covers a subset: baseline shapes outside it are not "missing".
