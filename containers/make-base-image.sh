@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make the local Debian bookworm base image the CPU toolchain images build FROM.
 #
-# Why local: no image registry is reachable from these machines (FACTS.md), so `FROM debian`
+# Why local: no image registry is reachable from these machines (docs/facts.md), so `FROM debian`
 # cannot be pulled. debootstrap builds the same minimal root file system from the Debian
 # mirror apt already uses, and `docker import` turns it into an image.
 #
