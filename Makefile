@@ -83,11 +83,11 @@ perf: $(STAMP)
 
 # CPU images of every toolchain (the ROCm ones need a registry this machine cannot reach).
 containers: $(STAMP) docker-setup
-	$(BIN)/python -m mha_ci.containers build
+	$(MHA_CI) containers build
 
 # sm90 images of every toolchain (~3.5 GB of wheels and a ~7.5 GB image each; docs/containers.md).
 containers-cuda: $(STAMP) docker-setup
-	$(BIN)/python -m mha_ci.containers build --platform cuda
+	$(MHA_CI) containers build --platform cuda
 
 nightly: setup
 	$(MHA_CI) perf refresh --out $(OUT)/nightly

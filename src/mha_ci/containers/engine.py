@@ -86,7 +86,7 @@ def ensure_image(client, spec: ImageSpec, *, force: bool = False, build: bool = 
                               time.monotonic() - t0, pulled=pulled)
     if not build:
         raise EnvironmentProblem(f"image {tag} is neither here nor in its registry: build it with "
-                                 f"`python -m mha_ci.containers build --toolchain {spec.toolchain} "
+                                 f"`mha-ci containers build --toolchain {spec.toolchain} "
                                  f"--platform {spec.platform}`")
     base = base_image(client, spec)
     locks = cache_root(spec) / "contexts"

@@ -1,9 +1,9 @@
-"""The perf and refresh job kinds, and the measuring steps `mha-ci perf` shares with them.
+"""The measuring steps `mha-ci perf`, the perf job and the refresh job share.
 
 Measuring = write shapes.json and method.json into the run's out folder, run the payload
 (`python -m mha_ci.payloads.perf`) through the executor, read back the mha-ci.perf/1 document.
-Gating = compare it with perf_baselines/<arch>/<toolchain>.json (mha_ci.perf.compare) and write
-the reports (compare.{json,md,txt,png,html}) next to it.
+The gate (mha_ci.perf.compare) and the job kinds (mha_ci.jobs.perf, mha_ci.jobs.refresh) take
+it from there.
 
 Interleaving two toolchains (`mha-ci perf measure --interleave T2`): one process cannot hold two
 Triton versions, so two payload processes run at once and take turns shape by shape in ABBA
@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
-from mha_ci.perf import report
-from mha_ci.perf.compare import compare
 from mha_ci.perf.document import load_perf, merge_perf, write_json
 
 SUBSETS = ("pr", "full")
@@ -195,56 +192,6 @@ def _take_turns(sides: list, pipeline, arch: str, out_dir: Path, rel: str, kerne
     return docs
 
 
-# job kinds ---------------------------------------------------------------------------------
-
-def run_job(job, pipeline, executor, out_dir: Path):
-    """perf-<arch>-<toolchain>: measure (subset from $MHA_CI_PERF_SUBSET, default full; each
-    measurement repeated $MHA_CI_PERF_REPEAT times, default 1) and gate against
-    perf_baselines/<arch>/<toolchain>.json."""
-    from mha_ci.jobs import JobResult
-    from mha_ci.perf.config import gate_policy, load_perf_file
-
-    started = time.monotonic()
-    subset = os.environ.get("MHA_CI_PERF_SUBSET", "full")
-    rel = f"jobs/{job.id}"
-    job_dir = Path(out_dir) / rel
-    _, _, count = write_inputs(pipeline.root, job_dir, subset)
-    try:
-        repeat = int(os.environ.get("MHA_CI_PERF_REPEAT", "1"))
-    except ValueError:
-        raise ConfigError(f"MHA_CI_PERF_REPEAT={os.environ['MHA_CI_PERF_REPEAT']!r} is not a whole number") from None
-    candidate = measure_repeated(executor, pipeline, job.toolchain, job.arch, out_dir, rel, repeat, log_prefix=job.id)
-    measured = time.monotonic() - started
-    result = JobResult(job_id=job.id, kind=job.kind, verdict="fail", exit_code=ExitCode.GATE_FAILED,
-                       artifacts=[f"{rel}/perf.json"], timings={"measure": round(measured, 3)},
-                       details={"subset": subset, "shapes": count, "repeat": repeat})
-    base_file = baseline_path(pipeline.root, job.arch, job.toolchain)
-    if not base_file.is_file():
-        result.message = (f"no baseline {base_file.relative_to(pipeline.root)}: nothing to gate against "
-                          f"(the nightly refresh, or `mha-ci perf refresh`, stores one)")
-        return result
-    comparison = compare(load_perf(base_file), candidate, gate_policy(load_perf_file(pipeline.root)))
-    paths = report.write_all(comparison, job_dir)
-    result.artifacts += [str(p.relative_to(out_dir)) for p in paths.values()]
-    prov = candidate["provenance"]
-    result.details.update(summary=comparison.summary, refused=comparison.refused, notes=list(comparison.notes),
-                          stalls=len(comparison.stalled), pins_checked=bool(prov.get("pins_checked")),
-                          pin_mismatches=list(prov.get("pin_mismatches") or []),
-                          regressions=[v.key for v in comparison.shapes if v.status == "regression"][:50],
-                          broken=[{"key": v.key, "reason": v.reason} for v in comparison.broken])
-    # An unpinned side still gates (its numbers are real), but the verdict says so in its first words.
-    unpinned = "UNPINNED: " if any(n.startswith("UNPINNED") for n in comparison.notes) else ""
-    if comparison.gate_failed:
-        causes = comparison.failures
-        result.message = unpinned + (comparison.refused or (
-            f"perf gate failed: {report.tally_line(comparison)}; " + "; ".join(causes[:3])
-            + (f"; {len(causes) - 3} more" if len(causes) > 3 else "")))
-        return result
-    result.verdict, result.exit_code = "pass", ExitCode.OK
-    result.message = unpinned + report.tally_line(comparison)
-    return result
-
-
 def measure_full(executor, pipeline, out_dir: Path, rel_prefix: str):
     """A MeasureFn for mha_ci.refresh: (Arch, Toolchain) -> the full set's perf document."""
     def measure_fn(arch, toolchain) -> dict:
@@ -253,19 +200,3 @@ def measure_full(executor, pipeline, out_dir: Path, rel_prefix: str):
         return run_payload(executor, pipeline, toolchain.name, arch.name, out_dir, rel,
                            log_prefix=f"refresh {arch.name} {toolchain.name}")
     return measure_fn
-
-
-def run_refresh_job(job, pipeline, executor, out_dir: Path):
-    """refresh-<arch>-<toolchain>: measure the full set and hand it to mha_ci.refresh, which
-    checks it (noise, stalls, provenance against the pins) and commits the new baseline on a
-    branch for a pull request, or refuses with every reason (it never overwrites silently)."""
-    from mha_ci.jobs import JobResult
-    from mha_ci.refresh.core import refresh
-
-    rel = f"jobs/{job.id}"
-    result = refresh(pipeline, job.arch, measure_full(executor, pipeline, out_dir, rel),
-                     out_dir=Path(out_dir) / rel / "refresh", toolchains=[job.toolchain])
-    return JobResult(job_id=job.id, kind=job.kind, verdict="pass", exit_code=ExitCode.OK,
-                     artifacts=[f"{rel}/{job.toolchain}/perf.json"],
-                     message=f"{result.status}" + (f" on {result.branch}" if result.branch else ""),
-                     details=result.to_json())
