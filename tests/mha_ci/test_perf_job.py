@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from mha_ci.baselines import perf_baseline
 from mha_ci.errors import ConfigError, EnvironmentProblem
 from mha_ci.executors.base import Executor, PayloadResult
 from mha_ci.model.loader import load_pipeline
@@ -51,7 +52,7 @@ def checkout(pipeline_root):
 
 
 def _baseline(root, keys_us):
-    path = measure.baseline_path(root, "sm90", "triton-3.4")
+    path = root / perf_baseline("sm90", "triton-3.4")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc([entry(k, us) for k, us in keys_us.items()],
                                    versions={"torch": "2.13.0", "triton": "3.4.0"})))

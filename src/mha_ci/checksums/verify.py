@@ -10,21 +10,21 @@ The checksums job kind (mha_ci.jobs.checksums) and `mha-ci checksums` both call 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mha_ci import baselines
 from mha_ci.checksums import limits as limits_mod
 from mha_ci.checksums import records as records_mod
 from mha_ci.checksums.diff import Difference, compare, render
 from mha_ci.checksums.explain import explain
 from mha_ci.errors import ExitCode, MhaCiError
 from mha_ci.executors.base import Executor, PayloadRun
+from mha_ci.model.lockfile import lock_sha256
 from mha_ci.model.types import Arch, Toolchain
 
-STORED_DIR = Path("perf_baselines") / "code_objects"
 OUT_SUBDIR = "code_objects"
 PAYLOAD_TIMEOUT_S = 4 * 3600
 
@@ -40,7 +40,7 @@ class OverLimits(MhaCiError):
 
 
 def stored_path(root: Path, toolchain: str) -> Path:
-    return Path(root) / STORED_DIR / f"{toolchain}.json"
+    return Path(root) / baselines.code_objects(toolchain)
 
 
 def cache_dir(root: Path) -> Path:
@@ -81,7 +81,7 @@ def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Execu
     if use_cache:
         args += ["--cache-dir", str(cache_dir(root) / toolchain.name)]
     if toolchain.lock and Path(toolchain.lock).is_file():
-        args += ["--lock-sha256", hashlib.sha256(Path(toolchain.lock).read_bytes()).hexdigest()]
+        args += ["--lock-sha256", lock_sha256(toolchain.lock)]
     if jobs:
         args += ["--jobs", str(jobs)]
     if only:

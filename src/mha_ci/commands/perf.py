@@ -367,10 +367,7 @@ def _date(text: str) -> dt.date:
 
 
 def _golden(pipeline) -> str:
-    for name, tc in pipeline.toolchains.items():
-        if tc.role == "golden":
-            return name
-    return next(iter(pipeline.toolchains))
+    return pipeline.toolchain_with_role("golden") or next(iter(pipeline.toolchains))
 
 
 def _local_arch(pipeline) -> str:

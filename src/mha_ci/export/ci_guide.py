@@ -126,9 +126,7 @@ def render(pipeline: Pipeline) -> str:
 
 
 def _golden_text(pipeline) -> str:
-    from mha_ci.export.github import toolchain_with_role
-
-    golden, top = toolchain_with_role(pipeline, "golden"), toolchain_with_role(pipeline, "top-of-tree")
+    golden, top = pipeline.toolchain_with_role("golden"), pipeline.toolchain_with_role("top-of-tree")
     if not (golden and top):
         return ""
     return (f" Beside each refresh, golden ({golden}) vs top of tree ({top}) on the full set, the two "

@@ -10,6 +10,7 @@ import os
 import time
 from pathlib import Path
 
+from mha_ci.baselines import perf_baseline
 from mha_ci.errors import ConfigError, ExitCode
 from mha_ci.executors.base import Executor
 from mha_ci.jobs import JobResult
@@ -19,7 +20,7 @@ from mha_ci.perf import report
 from mha_ci.perf.compare import compare
 from mha_ci.perf.config import gate_policy, load_perf_file
 from mha_ci.perf.document import load_perf
-from mha_ci.perf.measure import baseline_path, measure_repeated, write_inputs
+from mha_ci.perf.measure import measure_repeated, write_inputs
 
 
 def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> JobResult:
@@ -40,7 +41,7 @@ def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> 
     result = JobResult(job_id=job.id, kind=job.kind, verdict="fail", exit_code=ExitCode.GATE_FAILED,
                        artifacts=[f"{rel}/perf.json"], timings={"measure": round(measured, 3)},
                        details={"subset": subset, "shapes": count, "repeat": repeat})
-    base_file = baseline_path(pipeline.root, job.arch, job.toolchain)
+    base_file = Path(pipeline.root) / perf_baseline(job.arch, job.toolchain)
     if not base_file.is_file():
         result.message = (f"no baseline {base_file.relative_to(pipeline.root)}: nothing to gate against "
                           f"(the nightly refresh, or `mha-ci perf refresh`, stores one)")

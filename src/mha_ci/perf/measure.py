@@ -29,10 +29,6 @@ SUBSETS = ("pr", "full")
 PAYLOAD_TIMEOUT_S = 3600.0
 
 
-def baseline_path(root: Path, arch: str, toolchain: str) -> Path:
-    return Path(root) / "perf_baselines" / arch / f"{toolchain}.json"
-
-
 def selected_workloads(root: Path, subset: str, keys: list[str] | None = None):
     """(perf config, workloads) for a subset name: "pr" or "full", optionally key-filtered."""
     from mha_ci.perf.config import validate_perf_files

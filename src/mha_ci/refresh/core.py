@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
+from mha_ci.baselines import code_objects, perf_baseline, test_durations
+from mha_ci.checksums.records import SCHEMA as CODEOBJ_SCHEMA
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Arch, Toolchain
@@ -47,8 +49,6 @@ from mha_ci.perf.stats import stall_from_summary
 from mha_ci.refresh import branch as git_branch
 from mha_ci.refresh import report
 
-CODEOBJ_SCHEMA = "mha-ci.codeobj/1"
-BASELINES_DIR = "perf_baselines"
 
 MeasureFn = Callable[[Arch, Toolchain], dict]            # -> mha-ci.perf/1 document
 ChecksumsFn = Callable[[Toolchain], dict | None]         # -> mha-ci.codeobj/1 document, or None: keep
@@ -98,10 +98,6 @@ class RefreshResult:
 
 
 # -- checks ----------------------------------------------------------------------------------
-
-def baseline_path(arch: str, toolchain: str) -> str:
-    return f"{BASELINES_DIR}/{arch}/{toolchain}.json"
-
 
 def _load_json(path: Path) -> dict | None:
     if not path.is_file():
@@ -204,7 +200,7 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
     for name in names:
         toolchain = pipeline.toolchains[name].on(arch_spec.platform)
         doc = measure_fn(arch_spec, toolchain)
-        old = _load_json(root / baseline_path(arch, name))
+        old = _load_json(root / perf_baseline(arch, name))
         doc_bad, doc_mismatch = measurement_problems(doc, arch_spec, toolchain, old, policy, allow_unpinned)
         bad += doc_bad
         mismatch += doc_mismatch
@@ -225,7 +221,7 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
         stored, reset = roll(old, doc, policy.history_runs)
         runs = len(stored["provenance"]["combined_runs"])
         history[name] = f"{runs} run(s) kept" + (f"; history restarted: {reset}" if reset else "")
-        files[baseline_path(arch, name)] = _encode(stored)
+        files[perf_baseline(arch, name)] = _encode(stored)
         # What moved: the new run against the stored baseline, as a pull request would be judged.
         comparisons[name] = compare(old, doc, policy.gate) if old is not None else None
         changed = changed or bool(_moved(comparisons[name])) or _shape_set_changed(old, doc)
@@ -237,12 +233,12 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
                 continue
             if not isinstance(doc, dict) or doc.get("schema") != CODEOBJ_SCHEMA:
                 raise RefreshRefused([f"code objects of {name}: not a {CODEOBJ_SCHEMA} document"], ExitCode.GATE_FAILED)
-            extra[f"{BASELINES_DIR}/code_objects/{name}.json"] = _encode(doc)
+            extra[code_objects(name)] = _encode(doc)
     if durations_fn:
         for rel, doc in sorted(durations_fn(arch_spec).items()):
             if Path(rel).is_absolute() or ".." in Path(rel).parts:
                 raise ConfigError(f"test durations path {rel!r} must be relative, inside test_durations/")
-            extra[f"{BASELINES_DIR}/test_durations/{rel}"] = _encode(doc)
+            extra[test_durations(rel)] = _encode(doc)
     for rel, data in extra.items():
         current = root / rel
         if not current.is_file() or current.read_bytes() != data:

@@ -24,6 +24,7 @@ import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
+from mha_ci.baselines import test_durations
 from mha_ci.errors import ExitCode
 from mha_ci.executors.base import Executor, PayloadRun
 from mha_ci.jobs import JobResult
@@ -35,7 +36,7 @@ DEFAULT_TIMEOUT_S = 3600.0
 
 
 def durations_file(root: Path, arch: str) -> Path:
-    return root / "perf_baselines" / "test_durations" / f"{arch}.json"
+    return Path(root) / test_durations(f"{arch}.json")
 
 
 # `mha-ci run --select GLOB` narrows the correctness jobs to the collected tests whose node id
