@@ -48,9 +48,11 @@ plan: $(STAMP)
 ci: setup
 	$(MHA_CI) run --event pull_request --out $(OUT)/ci
 
-# ruff check over src/ and tests/ (config in pyproject.toml). Check only, no autoformat.
+# ruff check over src/ and tests/, then mypy over src/mha_ci (both configured in pyproject.toml).
+# Check only, no autoformat.
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
+	$(BIN)/mypy
 
 # Unit tests only (no toolchain environments, no docker): seconds.
 test-fast: $(STAMP)

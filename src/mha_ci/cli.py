@@ -12,6 +12,7 @@ import importlib
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 from mha_ci.crash import on_sigterm, report_crash
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError, interruption
@@ -45,7 +46,7 @@ def check_out(out: Path, *, is_file: bool = False) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # usage errors are exit 2, as argparse does, with our prefix
+    def error(self, message: str) -> NoReturn:  # usage errors are exit 2, as argparse does, with our prefix
         self.print_usage(sys.stderr)
         print(f"mha-ci: error: {message}", file=sys.stderr)
         raise SystemExit(ExitCode.CONFIG_ERROR)

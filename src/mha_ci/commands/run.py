@@ -21,6 +21,7 @@ from mha_ci.errors import ConfigError
 from mha_ci.executors import make_executor
 from mha_ci.executors.devices import available_devices
 from mha_ci.jobs.runner import NotRun, run_jobs
+from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import PlannedJob
 from mha_ci.model.yaml_source import closest
 
@@ -72,7 +73,7 @@ def handle(args) -> int:
     return report.exit_code
 
 
-def select_jobs(pipeline, the_plan, requested: list[str] | None) -> list[PlannedJob]:
+def select_jobs(pipeline: Pipeline, the_plan, requested: list[str] | None) -> list[PlannedJob]:
     if not requested:
         return list(the_plan.jobs)
     from mha_ci.plan.matrix import runnable_jobs
@@ -96,7 +97,7 @@ def select_jobs(pipeline, the_plan, requested: list[str] | None) -> list[Planned
     return list(chosen.values())
 
 
-def split_by_device(pipeline, jobs: list[PlannedJob], devices: frozenset[str], *,
+def split_by_device(pipeline: Pipeline, jobs: list[PlannedJob], devices: frozenset[str], *,
                     requested: bool) -> tuple[list[PlannedJob], list[NotRun]]:
     runnable, not_run = [], []
     for planned in jobs:

@@ -190,7 +190,8 @@ _LAYER = re.compile(r"^ ---> ([0-9a-f]{12})$")
 def _build(client, spec: ImageSpec, path, tag: str, labels: dict[str, str], log) -> str:
     """Run the build through the low-level API so that the log streams line by line."""
     prefix = f"[build {spec.name}] "
-    step, image_id, tail = "(before the first step)", None, []
+    step, image_id = "(before the first step)", None
+    tail: list[str] = []
     # Last layer of each earlier stage of a multi-stage build: left behind as an untagged
     # image (2 GB for the wheel-installing stage), so it is removed after a successful build.
     last_layer, stage_ends, froms = None, [], 0

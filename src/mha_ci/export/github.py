@@ -359,7 +359,7 @@ def stale(files: list[GeneratedFile], out_root: Path) -> str:
     """A unified diff of committed vs generated, empty when they agree. Also reports workflow
     files in .github/workflows/ that the generator does not produce (a hand-written workflow
     would escape every rule above)."""
-    chunks = []
+    chunks: list[str] = []
     produced = {g.path for g in files}
     for generated in files:
         target = Path(out_root) / generated.path

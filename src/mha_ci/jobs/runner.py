@@ -39,7 +39,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable, Sequence, TextIO
 
 import mha_ci
 from mha_ci.errors import ExitCode, MhaCiError, interruption
@@ -131,7 +131,7 @@ class RunReport:
         }
 
 
-def overall_exit_code(results: list[JobResult], not_run: list[NotRun] = ()) -> int:
+def overall_exit_code(results: list[JobResult], not_run: Sequence[NotRun] = ()) -> int:
     """Worst first: an environment problem (3) means some verdicts could not be reached at all,
     so it outranks a configuration error (2), which outranks a failed gate (1)."""
     codes = {int(r.exit_code) for r in results}
@@ -143,7 +143,7 @@ def overall_exit_code(results: list[JobResult], not_run: list[NotRun] = ()) -> i
     return int(ExitCode.OK)
 
 
-def run_job(planned: PlannedJob, pipeline, executor: Executor, out_dir: Path) -> JobResult:
+def run_job(planned: PlannedJob, pipeline: Pipeline, executor: Executor, out_dir: Path) -> JobResult:
     """One job, never raising: every failure becomes a JobResult the reports can show."""
     job = planned.job
     started = time.monotonic()
@@ -161,8 +161,8 @@ def run_job(planned: PlannedJob, pipeline, executor: Executor, out_dir: Path) ->
     return result
 
 
-def run_jobs(jobs: list[PlannedJob], pipeline, executor: Executor, out_dir: Path, *,
-             not_run: list[NotRun] = (), skipped: list[SkippedJob] = (), provenance: dict | None = None,
+def run_jobs(jobs: list[PlannedJob], pipeline: Pipeline, executor: Executor, out_dir: Path, *,
+             not_run: Sequence[NotRun] = (), skipped: Sequence[SkippedJob] = (), provenance: dict | None = None,
              stream: TextIO | None = None) -> RunReport:
     from mha_ci.reports import summary   # reports import jobs; imported here to keep that one-way
 
@@ -184,7 +184,7 @@ def run_jobs(jobs: list[PlannedJob], pipeline, executor: Executor, out_dir: Path
     return report
 
 
-def _run_in_turn(jobs: list[PlannedJob], pipeline, executor: Executor, report: RunReport, stream: TextIO,
+def _run_in_turn(jobs: list[PlannedJob], pipeline: Pipeline, executor: Executor, report: RunReport, stream: TextIO,
                  summary) -> None:
     out_dir = report.out_dir
     for position, planned in enumerate(jobs, start=1):
@@ -213,7 +213,7 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(temp, path)
 
 
-def run_provenance(pipeline, executor: str, pin_mode: str = "enforce") -> dict:
+def run_provenance(pipeline: Pipeline, executor: str, pin_mode: str = "enforce") -> dict:
     root = Path(pipeline.root)
     return {
         "executor": executor,

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
+from mha_ci.model.pipeline import Pipeline
 from mha_ci.perf.document import load_perf, merge_perf, write_json
 
 SUBSETS = ("pr", "full")
@@ -59,7 +60,7 @@ def write_inputs(root: Path, folder: Path, subset: str, keys: list[str] | None =
     return shapes, meth, len(workloads)
 
 
-def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, rel: str, *, kernel: str = "mha",
+def run_payload(executor, pipeline: Pipeline, toolchain: str, arch: str, out_dir: Path, rel: str, *, kernel: str = "mha",
                 chunk: str | None = None, out_name: str = "perf.json", log_prefix: str = "perf",
                 extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None) -> dict:
     """Run the payload on out_dir/rel/{shapes,method}.json; returns the perf document."""
@@ -96,7 +97,7 @@ def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, re
     return doc
 
 
-def measure_repeated(executor, pipeline, toolchain: str, arch: str, out_dir: Path, rel: str, repeat: int,
+def measure_repeated(executor, pipeline: Pipeline, toolchain: str, arch: str, out_dir: Path, rel: str, repeat: int,
                      kernel: str = "mha", log_prefix: str = "perf") -> dict:
     """The payload `repeat` times, each its own process, combined (mha_ci.perf.combine) into
     out_dir/rel/perf.json: per shape the median run and the spread between runs. Some shapes move
@@ -127,7 +128,7 @@ def interleave_order(chunks: int, a: str, b: str) -> list[tuple[int, str]]:
     return order
 
 
-def measure_interleaved(executor, pipeline, toolchains: tuple[str, str], arch: str, out_dir: Path, rel: str,
+def measure_interleaved(executor, pipeline: Pipeline, toolchains: tuple[str, str], arch: str, out_dir: Path, rel: str,
                         chunks: int, kernel: str = "mha") -> dict[str, dict]:
     parts: dict[str, list[dict]] = {t: [] for t in toolchains}
     for index, toolchain in interleave_order(chunks, *toolchains):
@@ -142,7 +143,7 @@ def measure_interleaved(executor, pipeline, toolchains: tuple[str, str], arch: s
     return merged
 
 
-def measure_lockstep(executor, pipeline, toolchains: tuple[str, str], arch: str, out_dir: Path, rel: str,
+def measure_lockstep(executor, pipeline: Pipeline, toolchains: tuple[str, str], arch: str, out_dir: Path, rel: str,
                      kernel: str = "mha") -> dict[str, dict]:
     """Both toolchains' payloads at once, taking turns per shape; {toolchain: perf document}."""
     if toolchains[0] == toolchains[1]:
@@ -151,17 +152,17 @@ def measure_lockstep(executor, pipeline, toolchains: tuple[str, str], arch: str,
                        pipeline, arch, out_dir, rel, kernel)
 
 
-def measure_against(executors: tuple, commits: tuple[str, str], pipeline, toolchain: str, arch: str,
+def measure_against(executors: tuple, commits: tuple[str, str | None], pipeline: Pipeline, toolchain: str, arch: str,
                     out_dir: Path, rel: str, kernel: str = "mha") -> dict[str, dict]:
     """The base commit's kernel and the working tree's, one toolchain, taking turns per shape on
     one device (mha_ci.perf.base_checkout says why); {"base": doc, "head": doc}. `executors` and
-    `commits` are (base, head); the base executor's root is the folder base_checkout wrote."""
+    `commits` are (base, head; None: not known); the base executor's root is the folder base_checkout wrote."""
     sides = [(name, ex, toolchain, f"perf-{name}.json", {"MHA_CI_COMMIT": commit} if commit else {})
              for name, ex, commit in zip(("base", "head"), executors, commits)]
     return _take_turns(sides, pipeline, arch, out_dir, rel, kernel)
 
 
-def _take_turns(sides: list, pipeline, arch: str, out_dir: Path, rel: str, kernel: str) -> dict[str, dict]:
+def _take_turns(sides: list, pipeline: Pipeline, arch: str, out_dir: Path, rel: str, kernel: str) -> dict[str, dict]:
     """Two payloads at once, roles a and b of one turn folder; sides are (name, executor,
     toolchain, out_name, extra_env). The first failure stops the other side too."""
     from mha_ci.perf import lockstep
@@ -188,7 +189,7 @@ def _take_turns(sides: list, pipeline, arch: str, out_dir: Path, rel: str, kerne
     return docs
 
 
-def measure_full(executor, pipeline, out_dir: Path, rel_prefix: str):
+def measure_full(executor, pipeline: Pipeline, out_dir: Path, rel_prefix: str):
     """A MeasureFn for mha_ci.refresh: (Arch, Toolchain) -> the full set's perf document."""
     def measure_fn(arch, toolchain) -> dict:
         rel = f"{rel_prefix}/{toolchain.name}"

@@ -228,12 +228,12 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
     extra: dict[str, bytes] = {}
     if checksums_fn:
         for name in names:
-            doc = checksums_fn(pipeline.toolchains[name])
-            if doc is None:          # not refreshed for this toolchain
+            codeobjs = checksums_fn(pipeline.toolchains[name])
+            if codeobjs is None:          # not refreshed for this toolchain
                 continue
-            if not isinstance(doc, dict) or doc.get("schema") != CODEOBJ_SCHEMA:
+            if not isinstance(codeobjs, dict) or codeobjs.get("schema") != CODEOBJ_SCHEMA:
                 raise RefreshRefused([f"code objects of {name}: not a {CODEOBJ_SCHEMA} document"], ExitCode.GATE_FAILED)
-            extra[code_objects(name)] = _encode(doc)
+            extra[code_objects(name)] = _encode(codeobjs)
     if durations_fn:
         for rel, doc in sorted(durations_fn(arch_spec).items()):
             if Path(rel).is_absolute() or ".." in Path(rel).parts:

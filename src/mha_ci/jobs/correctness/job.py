@@ -29,6 +29,7 @@ from mha_ci.errors import ExitCode
 from mha_ci.executors.base import Executor, PayloadRun
 from mha_ci.jobs import JobResult
 from mha_ci.jobs.correctness import sharding
+from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Job
 
 TESTS_DIR = "tests/mha"
@@ -61,7 +62,7 @@ def _selected(tests: list[str], result: JobResult) -> list[str]:
     return chosen
 
 
-def run_job(job: Job, pipeline, executor: Executor, out_dir: Path) -> JobResult:
+def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> JobResult:
     started = time.monotonic()
     arch = pipeline.archs[job.arch]
     toolchain = pipeline.toolchains[job.toolchain].on(arch.platform)
