@@ -48,9 +48,11 @@ plan: $(STAMP)
 ci: setup
 	$(MHA_CI) run --event pull_request --out $(OUT)/ci
 
-# ruff check over src/ and tests/ (config in pyproject.toml). Check only, no autoformat.
+# ruff check over src/ and tests/, then mypy over src/mha_ci (both configured in pyproject.toml).
+# Check only, no autoformat.
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
+	$(BIN)/mypy
 
 # Unit tests only (no toolchain environments, no docker): seconds.
 test-fast: $(STAMP)
@@ -83,11 +85,11 @@ perf: $(STAMP)
 
 # CPU images of every toolchain (the ROCm ones need a registry this machine cannot reach).
 containers: $(STAMP) docker-setup
-	$(BIN)/python -m mha_ci.containers build
+	$(MHA_CI) containers build
 
 # sm90 images of every toolchain (~3.5 GB of wheels and a ~7.5 GB image each; docs/containers.md).
 containers-cuda: $(STAMP) docker-setup
-	$(BIN)/python -m mha_ci.containers build --platform cuda
+	$(MHA_CI) containers build --platform cuda
 
 nightly: setup
 	$(MHA_CI) perf refresh --out $(OUT)/nightly

@@ -12,11 +12,12 @@ import importlib
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 from mha_ci.crash import on_sigterm, report_crash
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError, interruption
 
-COMMANDS = ("validate", "plan", "run", "perf", "checksums", "export")
+COMMANDS = ("validate", "plan", "run", "perf", "checksums", "export", "containers")
 OUT_IS_A_FILE = ("merge", "combine")      # `perf merge/combine --out FILE`; every other --out is a folder
 
 
@@ -45,7 +46,7 @@ def check_out(out: Path, *, is_file: bool = False) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # usage errors are exit 2, as argparse does, with our prefix
+    def error(self, message: str) -> NoReturn:  # usage errors are exit 2, as argparse does, with our prefix
         self.print_usage(sys.stderr)
         print(f"mha-ci: error: {message}", file=sys.stderr)
         raise SystemExit(ExitCode.CONFIG_ERROR)

@@ -162,7 +162,7 @@ def test_render_lists_why():
 
 # --------------------------------------------------------------------------- verdict / job side
 def test_judge_flags_missing_store_compile_errors_and_nondeterminism(tmp_path):
-    from mha_ci.checksums.job import Computed, judge
+    from mha_ci.checksums.verify import Computed, judge
 
     out = tmp_path / "out" / "code_objects" / "triton-3.4.json"
     fresh = CodeObjectFile({"name": "triton-3.4", "triton": "3.4.0"}, (rec(),),
@@ -243,7 +243,7 @@ class CannedExecutor:
 
 
 def test_run_job_passes_and_fails_through_the_runner_contract(tmp_path):
-    from mha_ci.checksums.job import run_job
+    from mha_ci.jobs.checksums import run_job
     from mha_ci.model.types import Arch, Job, Toolchain
 
     lock = tmp_path / "containers" / "triton-3.4" / "requirements.lock"
@@ -271,7 +271,7 @@ def test_run_job_passes_and_fails_through_the_runner_contract(tmp_path):
 
 
 def test_payload_without_result_is_not_a_pass(tmp_path):
-    from mha_ci.checksums.job import ChecksumsNoResult, compute
+    from mha_ci.checksums.verify import ChecksumsNoResult, compute
     from mha_ci.executors.base import PayloadResult
     from mha_ci.model.types import Arch, Toolchain
 
@@ -330,7 +330,7 @@ def test_spill_growth_counts_new_and_larger_spills_only():
 
 
 def test_judge_fails_on_limits_and_spill_growth(tmp_path):
-    from mha_ci.checksums.job import Computed, judge
+    from mha_ci.checksums.verify import Computed, judge
 
     out = tmp_path / "out" / "code_objects" / "triton-3.4.json"
     ok = rec("sm90/forward/default/fwd/fp16-d128-plain", shared_bytes=229376, spills=2)
@@ -353,7 +353,7 @@ def test_judge_fails_on_limits_and_spill_growth(tmp_path):
 
 
 def test_update_refuses_code_objects_over_limits(tmp_path):
-    from mha_ci.checksums.job import Computed, OverLimits, update
+    from mha_ci.checksums.verify import Computed, OverLimits, update
 
     out = tmp_path / "out" / "code_objects" / "triton-3.4.json"
     records.dump(CodeObjectFile({"name": "triton-3.4"}, (rec("sm90/forward/default/fwd/x", shared_bytes=458752),),

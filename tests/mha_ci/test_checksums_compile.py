@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mha_ci.checksums import job as checksums_job
+from mha_ci.checksums import verify as checksums_job
 from mha_ci.checksums import records
 from mha_ci.cli import main
 from mha_ci.errors import EnvironmentProblem

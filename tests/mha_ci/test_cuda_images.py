@@ -16,8 +16,8 @@ import json
 
 import pytest
 
-from mha_ci.checksums import job as checksums_job
-from mha_ci.commands.run import make_executor
+from mha_ci.checksums import verify as checksums_job
+from mha_ci.executors import make_executor
 from mha_ci.containers.engine import connect, ensure_image
 from mha_ci.containers.images import spec_for
 from mha_ci.executors.base import PayloadRun

@@ -3,7 +3,7 @@ docker against venv, for one correctness shard and a sample of the checksum job 
 toolchain. Real dockerd and real toolchains (markers `docker` and `slow`).
 
 Correctness goes through the command line (`mha-ci run --job ... --executor venv|docker`).
-Checksums go through the checksum job's own entry (mha_ci.checksums.job.compute) with the
+Checksums go through the checksum job's own entry (mha_ci.checksums.verify.compute) with the
 interpreter arch as the job's arch, as `mha-ci run --job checksums-interpreter-*` does, but
 restricted to a sample of variants: the full set is 511 compiles, ~15 min per executor on two
 cores. (`mha-ci checksums compute --executor docker` itself starts the payload with the first
@@ -70,8 +70,8 @@ def test_correctness_shard_same_verdict_and_outcomes(repo_root, tmp_path, toolch
 
 @pytest.mark.parametrize("toolchain", TOOLCHAINS)
 def test_checksums_sample_identical(repo_root, tmp_path, toolchain):
-    from mha_ci.checksums import job as checksums_job
-    from mha_ci.commands.run import make_executor
+    from mha_ci.checksums import verify as checksums_job
+    from mha_ci.executors import make_executor
     from mha_ci.model.loader import load_pipeline
 
     pipeline = load_pipeline(repo_root)

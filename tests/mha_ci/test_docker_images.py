@@ -258,13 +258,13 @@ def test_unreachable_daemon_is_an_environment_problem(monkeypatch):
 
 
 @pytest.mark.parametrize("command", [
-    ["-m", "mha_ci.containers", "build", "--toolchain", "triton-3.8"],
+    ["-m", "mha_ci", "containers", "build", "--toolchain", "triton-3.8"],
     ["-m", "mha_ci", "run", "--job", "checksums-interpreter-triton-3.8", "--executor", "docker"],
 ], ids=["containers-build", "run"])
 def test_unreachable_daemon_exits_3_from_the_cli(repo_root, tmp_path, command):
     env = {**os.environ, "PYTHONPATH": str(repo_root / "src"),
            "DOCKER_HOST": "unix:///nonexistent/mha-ci-test.sock"}
-    if command[1] == "mha_ci":
+    if command[2] == "run":
         command = command + ["--out", str(tmp_path / "out")]
     proc = subprocess.run([sys.executable, *command], cwd=repo_root, env=env,
                           capture_output=True, text=True, timeout=120)
@@ -274,20 +274,20 @@ def test_unreachable_daemon_exits_3_from_the_cli(repo_root, tmp_path, command):
 
 def test_publish_without_a_registry_is_a_usage_error(repo_root, monkeypatch, capsys):
     """Checked before docker is asked: publishing to the local-only name would push nowhere."""
-    from mha_ci.containers.__main__ import main as containers_main
+    from mha_ci.cli import main
 
     monkeypatch.delenv("MHA_CI_REGISTRY", raising=False)
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    assert containers_main(["--root", str(repo_root), "publish", "--platform", "cuda"]) == 2
+    assert main(["--root", str(repo_root), "containers", "publish", "--platform", "cuda"]) == 2
     assert "needs MHA_CI_REGISTRY" in capsys.readouterr().err
 
 
 def test_tags_prints_every_reference_without_docker(repo_root, monkeypatch, capsys):
-    from mha_ci.containers.__main__ import main as containers_main
+    from mha_ci.cli import main
 
     monkeypatch.setenv("MHA_CI_REGISTRY", "ghcr.io/o/r")
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    assert containers_main(["--root", str(repo_root), "tags", "--all"]) == 0
+    assert main(["--root", str(repo_root), "containers", "tags", "--all"]) == 0
     lines = capsys.readouterr().out.split()
     assert len(lines) == 6 and all(line.startswith("ghcr.io/o/r/triton-3.") for line in lines)
     assert any("-cuda:" in line for line in lines)

@@ -1,5 +1,5 @@
 """images.yml and the GPU matrix name the same images: the plan job's `mha-ci export matrix` and
-the image build's `python -m mha_ci.containers publish` run with MHA_CI_REGISTRY set by the
+the image build's `mha-ci containers publish` run with MHA_CI_REGISTRY set by the
 same generated shell line, and both compute references through ImageSpec.reference."""
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_plan_job_and_image_build_compute_the_same_references(pipeline_root, tmp
     publish = step(images, "image", "Build and publish")["run"]
     matrices = step(pr, "plan", "Job matrices")["run"]
     assert registry_line(publish) == registry_line(matrices)
-    assert "mha_ci.containers publish" in publish
+    assert "mha-ci containers publish" in publish
 
     # Every GPU job of every arch and toolchain, as the plan job would see it.
     pipeline = load_pipeline(pipeline_root)
@@ -68,7 +68,7 @@ def test_plan_job_and_image_build_compute_the_same_references(pipeline_root, tmp
     entries = images["jobs"]["image"]["strategy"]["matrix"]["include"]
     published = set()
     for entry in entries:
-        script = (registry_line(publish) + f'\n"{python}" -m mha_ci.containers --root . tags '
+        script = (registry_line(publish) + f'\n"{python}" -m mha_ci --root . containers tags '
                   f'--toolchain {entry["toolchain"]} --platform {entry["platform"]}\n')
         published.update(run_bash(script, pipeline_root, "Some-Owner/MHA-CI").split())
     assert pulled <= published, f"GPU jobs pull images nothing publishes: {pulled - published}"

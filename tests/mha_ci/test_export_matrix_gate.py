@@ -29,7 +29,7 @@ def test_matrix_splits_cpu_and_gpu_jobs_with_images_and_device_options(pipeline_
     assert [e["id"] for e in found["cpu"]["include"]] == ["correctness-interpreter-triton-3.4-1of2"]
     assert "image" not in found["cpu"]["include"][0]
     amd, nvidia = found["gpu"]["include"]
-    # the references python -m mha_ci.containers builds and images.yml publishes, per platform lock
+    # the references `mha-ci containers` builds and images.yml publishes, per platform lock
     specs = {(s.toolchain, s.platform): s for s in discover(pipeline.toolchains.values())}
     assert amd["image"] == specs["triton-3.8", "rocm"].reference()
     assert nvidia["image"] == specs["triton-3.4", "cuda"].reference()

@@ -5,11 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from mha_ci.baselines import perf_baseline
 from mha_ci.errors import ConfigError, EnvironmentProblem
 from mha_ci.executors.base import Executor, PayloadResult
 from mha_ci.model.loader import load_pipeline
 from mha_ci.model.types import Job
-from mha_ci.perf import job as perf_job
+from mha_ci.jobs import perf as perf_kind
+from mha_ci.perf import measure
 from mha_ci.perf.document import load_perf
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "perf"))
@@ -50,7 +52,7 @@ def checkout(pipeline_root):
 
 
 def _baseline(root, keys_us):
-    path = perf_job.baseline_path(root, "sm90", "triton-3.4")
+    path = root / perf_baseline("sm90", "triton-3.4")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc([entry(k, us) for k, us in keys_us.items()],
                                    versions={"torch": "2.13.0", "triton": "3.4.0"})))
@@ -60,20 +62,20 @@ def test_perf_job_passes_fails_and_reports(checkout, tmp_path, monkeypatch):
     monkeypatch.setenv("MHA_CI_PERF_SUBSET", "pr")
     pipeline = load_pipeline(checkout)
     job = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
-    keys = [w.key for w in perf_job.selected_workloads(checkout, "pr")[1]]
+    keys = [w.key for w in measure.selected_workloads(checkout, "pr")[1]]
     # no baseline yet: the job cannot pass
-    result = perf_job.run_job(job, pipeline, FakeExecutor(), tmp_path / "o0")
+    result = perf_kind.run_job(job, pipeline, FakeExecutor(), tmp_path / "o0")
     assert result.verdict == "fail" and "no baseline" in result.message
     _baseline(checkout, {k: 100.0 for k in keys})
-    result = perf_job.run_job(job, pipeline, FakeExecutor(), tmp_path / "o1")
+    result = perf_kind.run_job(job, pipeline, FakeExecutor(), tmp_path / "o1")
     assert result.verdict == "pass" and result.details["summary"]["ok"] == len(keys)
     assert (tmp_path / "o1" / "jobs" / job.id / "compare.html").is_file()
     slow = FakeExecutor(us=lambda key, tc: 150.0 if key == keys[0] else 100.0)
-    result = perf_job.run_job(job, pipeline, slow, tmp_path / "o2")
+    result = perf_kind.run_job(job, pipeline, slow, tmp_path / "o2")
     assert result.verdict == "fail" and result.exit_code == 1 and result.details["regressions"] == [keys[0]]
     # a NaN or non-positive time is a broken measurement: the job fails, naming shape and reason
     broken = FakeExecutor(us=lambda key, tc: {keys[0]: float("nan"), keys[1]: 0.0}.get(key, 100.0))
-    result = perf_job.run_job(job, pipeline, broken, tmp_path / "o3")
+    result = perf_kind.run_job(job, pipeline, broken, tmp_path / "o3")
     assert result.verdict == "fail" and result.exit_code == 1
     assert result.details["broken"] == [{"key": k, "reason": r} for k, r in sorted(
         [(keys[0], "candidate time is not a number: nan"), (keys[1], "candidate time is not positive: 0.0")])]
@@ -84,16 +86,16 @@ def test_payload_environment_problem_is_exit_3(checkout, tmp_path):
     pipeline = load_pipeline(checkout)
     job = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
     with pytest.raises(EnvironmentProblem):
-        perf_job.run_job(job, pipeline, FakeExecutor(exit_code=3), tmp_path)
+        perf_kind.run_job(job, pipeline, FakeExecutor(exit_code=3), tmp_path)
 
 
 def test_interleave_runs_abba_merges_and_compares(checkout, tmp_path):
-    assert perf_job.interleave_order(3, "a", "b") == [(1, "a"), (1, "b"), (2, "b"), (2, "a"), (3, "a"), (3, "b")]
+    assert measure.interleave_order(3, "a", "b") == [(1, "a"), (1, "b"), (2, "b"), (2, "a"), (3, "a"), (3, "b")]
     pipeline = load_pipeline(checkout)
     rel = "inter"
-    _, _, count = perf_job.write_inputs(checkout, tmp_path / rel, "pr")
+    _, _, count = measure.write_inputs(checkout, tmp_path / rel, "pr")
     fake = FakeExecutor(us=lambda key, tc: 100.0 if tc == "triton-3.4" else 90.0)
-    docs = perf_job.measure_interleaved(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel, 4)
+    docs = measure.measure_interleaved(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel, 4)
     assert [r[0] for r in fake.runs] == ["triton-3.4", "triton-3.8", "triton-3.8", "triton-3.4"] * 2
     for tc in ("triton-3.4", "triton-3.8"):
         merged = load_perf(tmp_path / rel / f"perf-{tc}.json")
@@ -136,9 +138,9 @@ class LockstepFake(FakeExecutor):
 def test_lockstep_runs_both_sides_at_once_and_compares(checkout, tmp_path):
     pipeline = load_pipeline(checkout)
     rel = "lock"
-    _, _, count = perf_job.write_inputs(checkout, tmp_path / rel, "pr")
+    _, _, count = measure.write_inputs(checkout, tmp_path / rel, "pr")
     fake = LockstepFake(us=lambda key, tc: 100.0 if tc == "triton-3.4" else 90.0)
-    docs = perf_job.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel)
+    docs = measure.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel)
     log = (tmp_path / rel / "lockstep" / "log").read_text().splitlines()
     # (the message shows the schedule as it ran, should this ever fail)
     assert len(log) == 2 + 2 * count and [line.split()[1] for line in log[:6]] == list("ababba"), \
@@ -146,20 +148,20 @@ def test_lockstep_runs_both_sides_at_once_and_compares(checkout, tmp_path):
     for tc in docs:
         assert len(load_perf(tmp_path / rel / f"perf-{tc}.json")["results"]) == count
     with pytest.raises(ConfigError):
-        perf_job.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.4"), "sm90", tmp_path, rel)
+        measure.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.4"), "sm90", tmp_path, rel)
 
 
 def test_lockstep_failure_of_one_side_stops_the_other(checkout, tmp_path):
     pipeline = load_pipeline(checkout)
-    perf_job.write_inputs(checkout, tmp_path / "lock", "pr")
+    measure.write_inputs(checkout, tmp_path / "lock", "pr")
     fake = LockstepFake(fail_toolchain="triton-3.8")
     with pytest.raises(EnvironmentProblem):
-        perf_job.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, "lock")
+        measure.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, "lock")
 
 
 def test_repeat_runs_separate_processes_and_combines_them(checkout, tmp_path, monkeypatch):
     pipeline = load_pipeline(checkout)
-    keys = [w.key for w in perf_job.selected_workloads(checkout, "pr")[1]]
+    keys = [w.key for w in measure.selected_workloads(checkout, "pr")[1]]
     _baseline(checkout, {k: 100.0 for k in keys})
     # the first shape lands on a slow mode in one process of three: the median run is unaffected
     calls = {"n": 0}
@@ -173,7 +175,7 @@ def test_repeat_runs_separate_processes_and_combines_them(checkout, tmp_path, mo
     monkeypatch.setenv("MHA_CI_PERF_SUBSET", "pr")
     monkeypatch.setenv("MHA_CI_PERF_REPEAT", "3")
     job = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
-    result = perf_job.run_job(job, pipeline, FakeExecutor(us=us), tmp_path)
+    result = perf_kind.run_job(job, pipeline, FakeExecutor(us=us), tmp_path)
     assert result.verdict == "pass" and result.details["repeat"] == 3
     doc = load_perf(tmp_path / "jobs" / job.id / "perf.json")
     first = doc["results"][0]["stats"]
@@ -181,4 +183,4 @@ def test_repeat_runs_separate_processes_and_combines_them(checkout, tmp_path, mo
     assert len(doc["provenance"]["combined_runs"]) == 3
     monkeypatch.setenv("MHA_CI_PERF_REPEAT", "three")
     with pytest.raises(ConfigError, match="whole number"):
-        perf_job.run_job(job, pipeline, FakeExecutor(), tmp_path / "bad")
+        perf_kind.run_job(job, pipeline, FakeExecutor(), tmp_path / "bad")

@@ -15,7 +15,6 @@ from mha_ci.model.loader import load_pipeline
 from mha_ci.perf.compare import GatePolicy
 from mha_ci.refresh import RefreshRefused, refresh
 from mha_ci.refresh import branch as git_branch
-from mha_ci.refresh.__main__ import main as refresh_main
 from mha_ci.refresh.core import RefreshPolicy
 
 DATE = dt.date(2026, 11, 30)
@@ -220,19 +219,25 @@ def test_command_line_from_measurement_files(repo, scratch):
     codeobj = scratch / "co.json"
     codeobj.write_text(json.dumps({"schema": "mha-ci.codeobj/1", "toolchain": {}, "objects": []}))
     out = scratch / "cli-out"
-    argv = ["--root", str(repo), "--arch", "sm90", "--measurement", f"triton-3.4={m34}",
+    argv = ["--root", str(repo), "perf", "refresh", "--arch", "sm90", "--measurement", f"triton-3.4={m34}",
             "--checksums", f"triton-3.4={codeobj}", "--out", str(out), "--date", "2026-11-30"]
-    assert refresh_main(argv) == 0
+    assert main(argv) == 0
     files = git(repo, "diff", "--name-only", f"{BRANCH_34}^", BRANCH_34).splitlines()
     assert files == ["perf_baselines/code_objects/triton-3.4.json", "perf_baselines/sm90/triton-3.4.json"]
     assert "improvement" in (out / "pr-body.md").read_text()
 
     noisy = scratch / "noisy.json"
     noisy.write_text(json.dumps(perf_doc("triton-3.4", noise=12.0)))
-    argv = ["--root", str(repo), "--arch", "sm90", "--measurement", f"triton-3.4={noisy}",
+    argv = ["--root", str(repo), "perf", "refresh", "--arch", "sm90", "--measurement", f"triton-3.4={noisy}",
             "--out", str(scratch / "o2"), "--date", "2026-12-01"]
-    assert refresh_main(argv) == ExitCode.GATE_FAILED
+    assert main(argv) == ExitCode.GATE_FAILED
     assert not git_branch.branch_exists(repo, "baseline-refresh/2026-12-01-sm90-triton-3.4")
+
+    # the arch the files were measured on is not guessed from this machine's devices
+    no_arch = ["--root", str(repo), "perf", "refresh", "--measurement", f"triton-3.4={m34}", "--out", str(out)]
+    assert main(no_arch) == ExitCode.CONFIG_ERROR
+    assert main([*no_arch[:4], "--arch", "sm90", "--measurement", "triton-3.4", "--out", str(out)]) == \
+        ExitCode.CONFIG_ERROR
 
 
 def test_policy_comes_from_pipelines_perf_yaml(repo):

@@ -1,4 +1,4 @@
-"""Images through a real registry: `python -m mha_ci.containers publish` pushes an image under
+"""Images through a real registry: `mha-ci containers publish` pushes an image under
 its reference, and a job whose image is not on the machine pulls it by the reference the GPU
 matrix names (export/matrix.py image_reference). The registry is Debian's docker-registry
 (distribution 2.8), started here on 127.0.0.1 with its storage in a temporary folder; docker
@@ -93,7 +93,7 @@ def test_published_image_is_pulled_by_the_matrix_reference(registry, repo_root, 
     assert tags_in(registry, spec.name) == []
 
     env = {**os.environ, "PYTHONPATH": str(repo_root / "src")}
-    publish = [sys.executable, "-m", "mha_ci.containers", "--root", str(repo_root), "publish",
+    publish = [sys.executable, "-m", "mha_ci", "--root", str(repo_root), "containers", "publish",
                "--toolchain", TOOLCHAIN, "--platform", "cpu"]
     first = subprocess.run(publish, env=env, capture_output=True, text=True, timeout=1200)
     assert first.returncode == 0, first.stderr[-3000:]

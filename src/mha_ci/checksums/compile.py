@@ -202,7 +202,7 @@ def compile_task(task: CompileTask, keep_binary: Path | None = None) -> CompileR
         return CompileResult(task.key, seconds=round(time.monotonic() - started, 3), error=describe_error(exc))
 
 
-def describe_error(exc: BaseException, limit: int = 6000) -> str:
+def describe_error(exc: BaseException | None, limit: int = 6000) -> str:
     """The exception and its causes, innermost last: Triton's CompilationError shows only the
     source excerpt; what went wrong is in its __cause__ (e.g. an LLVM or MLIR error)."""
     parts, seen = [], set()

@@ -18,6 +18,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 SCHEMA = "mha-ci.codeobj/1"
 
@@ -95,7 +96,7 @@ class CodeObjectFile:
     def to_json(self, stored: bool = False) -> dict:
         """`stored=True`: only what belongs in perf_baselines/ (no run details), so an update
         changes the file exactly where a variant changed."""
-        data = {"schema": SCHEMA, "toolchain": dict(sorted(self.toolchain.items())),
+        data: dict[str, Any] = {"schema": SCHEMA, "toolchain": dict(sorted(self.toolchain.items())),
                 "records": [r.to_json() for r in sorted(self.records, key=lambda r: r.key)]}
         if not stored:
             data["determinism"] = self.determinism

@@ -48,13 +48,14 @@ TYPICAL_DIMS = ((64, 64), (128, 128), (192, 128))
 ALL_DIMS = ((16, 16), (48, 48), (64, 64), (80, 80), (128, 128), (160, 160), (224, 224), (256, 256), (192, 128))
 WINDOW = (128, 128)
 # (label, Problem fields)
-FEATURES_FULL = (
+Features = tuple[tuple[str, dict[str, object]], ...]
+FEATURES_FULL: Features = (
     ("plain", {}), ("causal", {"causal": True}), ("window", {"window": WINDOW}), ("sink", {"has_sink": True}),
     ("varlen", {"varlen": True}),
     ("causal-window-sink-varlen", {"causal": True, "window": (WINDOW[0], -1), "has_sink": True, "varlen": True}),
 )
-FEATURES_BASIC = (("plain", {}), ("causal", {"causal": True}))
-FEATURES_DROPOUT = (("dropout", {"dropout": True}), ("causal-dropout", {"causal": True, "dropout": True}))
+FEATURES_BASIC: Features = (("plain", {}), ("causal", {"causal": True}))
+FEATURES_DROPOUT: Features = (("dropout", {"dropout": True}), ("causal-dropout", {"causal": True, "dropout": True}))
 DROPOUT_FP32_DIMS = ((64, 64), (128, 128))
 LARGE_DROPOUT_FP32_DIMS = ((256, 256), (192, 128))
 

@@ -80,8 +80,8 @@ def resolve(pipeline, args) -> tuple[list[Toolchain], list]:
 
 
 def handle(args) -> int:
-    from mha_ci.checksums import job as checksums_job
-    from mha_ci.commands.run import make_executor
+    from mha_ci.checksums import verify as checksums_job
+    from mha_ci.executors import make_executor
     from mha_ci.model.loader import load_pipeline
 
     pipeline = load_pipeline(args.root)

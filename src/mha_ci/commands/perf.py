@@ -9,6 +9,8 @@
     mha-ci perf merge     CHUNK.json ... --out FILE
     mha-ci perf combine   RUN.json RUN.json ... --out FILE
     mha-ci perf refresh   [--arch A] [--toolchain T ...] [--executor E] [--out D] [--always]
+                          [--measurement T=FILE ... [--checksums T=FILE ...] [--durations NAME=FILE ...]
+                           [--date YYYY-MM-DD]]
 
 Exit codes: compare/measure --interleave/--against 1 when the gate fails (a regression, a missing,
 failed, NaN or non-positive measurement, or two documents that must not be compared); calibrate 1 when the gate misses a bar of perf.yaml's `calibration`
@@ -16,6 +18,8 @@ failed, NaN or non-positive measurement, or two documents that must not be compa
 """
 from __future__ import annotations
 
+import argparse
+import datetime as dt
 import json
 import os
 import sys
@@ -90,6 +94,16 @@ def register(sub) -> None:
     p.add_argument("--executor", choices=("venv", "docker", "host"), default="venv")
     p.add_argument("--out", type=Path, help="output folder (default: <root>/out/refresh)")
     p.add_argument("--always", action="store_true", help="make the branch even when nothing moved")
+    # Documents measured already (by `perf measure`, or copied from a GPU machine): no measuring.
+    p.add_argument("--measurement", action="append", default=[], metavar="TOOLCHAIN=FILE",
+                   help="refresh from this mha-ci.perf/1 document measured on --arch with that toolchain instead "
+                        "of measuring (repeat per toolchain; needs --arch)")
+    p.add_argument("--checksums", action="append", default=[], metavar="TOOLCHAIN=FILE",
+                   help="with --measurement: mha-ci.codeobj/1 document to store as "
+                        "perf_baselines/code_objects/TOOLCHAIN.json")
+    p.add_argument("--durations", action="append", default=[], metavar="NAME=FILE",
+                   help="with --measurement: test-durations document to store as perf_baselines/test_durations/NAME")
+    p.add_argument("--date", type=_date, default=None, help="YYYY-MM-DD of the branch name (default: today, UTC)")
     add_pins_option(p)
     p.set_defaults(handler=cmd_refresh)
 
@@ -99,7 +113,7 @@ def register(sub) -> None:
 def cmd_shapes(args) -> int:
     from collections import Counter
 
-    from mha_ci.perf.job import selected_workloads, write_inputs
+    from mha_ci.perf.measure import selected_workloads, write_inputs
 
     _, workloads = selected_workloads(args.root, args.subset, args.shape)
     if args.out:
@@ -121,11 +135,11 @@ def cmd_shapes(args) -> int:
 
 
 def cmd_measure(args) -> int:
-    from mha_ci.commands.run import make_executor
+    from mha_ci.executors import make_executor
     from mha_ci.model.loader import load_pipeline
     from mha_ci.perf.compare import compare
     from mha_ci.perf.config import gate_policy, load_perf_file
-    from mha_ci.perf.job import measure_interleaved, measure_lockstep, measure_repeated, write_inputs
+    from mha_ci.perf.measure import measure_interleaved, measure_lockstep, measure_repeated, write_inputs
 
     check_pins_option(args)
     pipeline = load_pipeline(args.root)
@@ -171,12 +185,12 @@ def _report(comparison, folder: Path) -> int:
 
 def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -> int:
     """`measure --against REF`: base (REF's kernel) and head (the working tree's) interleaved."""
-    from mha_ci.commands.run import make_executor
+    from mha_ci.executors import make_executor
     from mha_ci.executors.venv import cache_root
     from mha_ci.perf.base_checkout import materialise, resolve
     from mha_ci.perf.compare import compare
     from mha_ci.perf.config import gate_policy, load_perf_file
-    from mha_ci.perf.job import measure_against, write_inputs
+    from mha_ci.perf.measure import measure_against, write_inputs
     from mha_ci.perf.provenance import git_commit
 
     for option, value in (("--interleave", args.interleave), ("--chunks", args.chunks)):
@@ -271,36 +285,89 @@ def cmd_merge(args) -> int:
 
 
 def cmd_refresh(args) -> int:
-    from mha_ci.commands.run import make_executor
     from mha_ci.model.loader import load_pipeline
-    from mha_ci.perf.job import measure_full
-    from mha_ci.refresh.branch import uncommitted
     from mha_ci.refresh.core import refresh
 
+    check_pins_option(args)
     pipeline = load_pipeline(args.root)
+    out_dir = (args.out or args.root / "out" / "refresh").resolve()
+    if args.measurement:
+        if args.toolchain:
+            raise ConfigError("--toolchain goes without --measurement: each measurement names its toolchain",
+                              key="--toolchain")
+        if not args.arch:
+            raise ConfigError("--measurement needs --arch: the arch the documents were measured on", key="--arch")
+        arch = args.arch
+        measure_fn, toolchains, checksums_fn, durations_fn = _measured_files(args)
+    else:
+        if args.checksums or args.durations:
+            raise ConfigError("--checksums and --durations go with --measurement", key="--checksums")
+        arch = args.arch or _local_arch(pipeline)
+        measure_fn = _measured_here(args, pipeline, arch, out_dir)
+        toolchains, checksums_fn, durations_fn = args.toolchain, None, None
+    result = refresh(pipeline, arch, measure_fn, out_dir=out_dir, toolchains=toolchains,
+                     checksums_fn=checksums_fn, durations_fn=durations_fn, today=args.date, always=args.always,
+                     allow_unpinned=args.pins == "record")
+    print(f"mha-ci perf refresh: {result.status}" + (f" on branch {result.branch}" if result.branch else "")
+          + (f" ({result.commit}: {', '.join(result.files)})" if result.commit else ""), file=sys.stderr)
+    print(f"mha-ci perf refresh: pull-request body: {out_dir / 'pr-body.md'}", file=sys.stderr)
+    return ExitCode.OK
+
+
+def _measured_here(args, pipeline, arch: str, out_dir: Path):
+    """The measure function of a refresh that measures HEAD on this machine."""
+    from mha_ci.executors import make_executor
+    from mha_ci.perf.measure import measure_full
+    from mha_ci.refresh.branch import uncommitted
+
     # A baseline is stored as the measurement of HEAD: measuring other code would misattribute it.
     changed = uncommitted(args.root)
     if changed:
         raise ConfigError(f"the working tree differs from HEAD in {len(changed)} tracked file(s) "
                           f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); a baseline is measured "
                           "from a commit: commit or stash them first")
-    arch = args.arch or _local_arch(pipeline)
-    out_dir = (args.out or args.root / "out" / "refresh").resolve()
-    check_pins_option(args)
     executor = make_executor(args.executor, args.root, pin_mode=args.pins)
-    result = refresh(pipeline, arch, measure_full(executor, pipeline, out_dir, f"measure-{arch}"),
-                     out_dir=out_dir, toolchains=args.toolchain, always=args.always,
-                     allow_unpinned=args.pins == "record")
-    print(f"mha-ci perf refresh: {result.status}" + (f" on branch {result.branch}" if result.branch else ""),
-          file=sys.stderr)
-    return ExitCode.OK
+    return measure_full(executor, pipeline, out_dir, f"measure-{arch}")
+
+
+def _measured_files(args):
+    """(measure_fn, toolchains, checksums_fn, durations_fn) over documents measured elsewhere."""
+    measurements = {name: _read_json(path) for name, path in _pairs(args.measurement, "--measurement").items()}
+    checksums = {name: _read_json(path) for name, path in _pairs(args.checksums, "--checksums").items()}
+    durations = {name: _read_json(path) for name, path in _pairs(args.durations, "--durations").items()}
+    return ((lambda arch, toolchain: measurements[toolchain.name]), list(measurements),
+            (lambda toolchain: checksums.get(toolchain.name)) if checksums else None,
+            (lambda arch: durations) if durations else None)
+
+
+def _pairs(values: list[str], option: str) -> dict[str, Path]:
+    found = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"{option} takes NAME=FILE, not {value!r}", key=option)
+        found[name] = Path(path)
+    return found
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+
+
+def _date(text: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a YYYY-MM-DD date: {text!r}") from None
 
 
 def _golden(pipeline) -> str:
-    for name, tc in pipeline.toolchains.items():
-        if tc.role == "golden":
-            return name
-    return next(iter(pipeline.toolchains))
+    return pipeline.toolchain_with_role("golden") or next(iter(pipeline.toolchains))
 
 
 def _local_arch(pipeline) -> str:

@@ -13,14 +13,15 @@ fails the run (exit 3) only when it was asked for by name with --job.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
 
-from mha_ci.errors import ConfigError, EnvironmentProblem
+from mha_ci.errors import ConfigError
+from mha_ci.executors import make_executor
 from mha_ci.executors.devices import available_devices
 from mha_ci.jobs.runner import NotRun, run_jobs
+from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import PlannedJob
 from mha_ci.model.yaml_source import closest
 
@@ -72,7 +73,7 @@ def handle(args) -> int:
     return report.exit_code
 
 
-def select_jobs(pipeline, the_plan, requested: list[str] | None) -> list[PlannedJob]:
+def select_jobs(pipeline: Pipeline, the_plan, requested: list[str] | None) -> list[PlannedJob]:
     if not requested:
         return list(the_plan.jobs)
     from mha_ci.plan.matrix import runnable_jobs
@@ -96,7 +97,7 @@ def select_jobs(pipeline, the_plan, requested: list[str] | None) -> list[Planned
     return list(chosen.values())
 
 
-def split_by_device(pipeline, jobs: list[PlannedJob], devices: frozenset[str], *,
+def split_by_device(pipeline: Pipeline, jobs: list[PlannedJob], devices: frozenset[str], *,
                     requested: bool) -> tuple[list[PlannedJob], list[NotRun]]:
     runnable, not_run = [], []
     for planned in jobs:
@@ -121,19 +122,3 @@ def check_pins_option(args) -> None:
     if args.pins == "record" and args.executor != "host":
         raise ConfigError(f"--pins record needs --executor host: the {args.executor} executor installs the "
                           "lock itself, so its pins always hold", key="--pins")
-
-
-def make_executor(name: str, root: Path, *, cache: Path | None = None, pin_mode: str = "enforce"):
-    """`cache`: where the venv executor keeps its venvs, when not under `root` (a base checkout
-    made for `perf measure --against` shares the working tree's). `pin_mode`: host only."""
-    if name == "venv":
-        from mha_ci.executors.venv import VenvExecutor
-        return VenvExecutor(root, cache=cache)
-    if name == "host":
-        from mha_ci.executors.host import HostExecutor
-        return HostExecutor(root, pin_mode=pin_mode)
-    try:
-        module = importlib.import_module("mha_ci.executors.docker")   # needs the docker SDK: lazily
-    except ImportError as exc:
-        raise EnvironmentProblem(f"the docker executor cannot be loaded: {exc}") from None
-    return module.DockerExecutor(root)

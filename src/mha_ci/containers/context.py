@@ -28,7 +28,8 @@ def cache_root(spec: ImageSpec) -> Path:
 
 def lock_entries(lock_text: str) -> dict[str, str]:
     """Requirement entries of a lock (name -> the entry's text with its --hash lines)."""
-    entries, current = {}, []
+    entries: dict[str, str] = {}
+    current: list[str] = []
     for line in lock_text.splitlines():
         if not current and (not line.strip() or line.lstrip().startswith("#")):
             continue

@@ -86,7 +86,7 @@ def ensure_image(client, spec: ImageSpec, *, force: bool = False, build: bool = 
                               time.monotonic() - t0, pulled=pulled)
     if not build:
         raise EnvironmentProblem(f"image {tag} is neither here nor in its registry: build it with "
-                                 f"`python -m mha_ci.containers build --toolchain {spec.toolchain} "
+                                 f"`mha-ci containers build --toolchain {spec.toolchain} "
                                  f"--platform {spec.platform}`")
     base = base_image(client, spec)
     locks = cache_root(spec) / "contexts"
@@ -190,7 +190,8 @@ _LAYER = re.compile(r"^ ---> ([0-9a-f]{12})$")
 def _build(client, spec: ImageSpec, path, tag: str, labels: dict[str, str], log) -> str:
     """Run the build through the low-level API so that the log streams line by line."""
     prefix = f"[build {spec.name}] "
-    step, image_id, tail = "(before the first step)", None, []
+    step, image_id = "(before the first step)", None
+    tail: list[str] = []
     # Last layer of each earlier stage of a multi-stage build: left behind as an untagged
     # image (2 GB for the wheel-installing stage), so it is removed after a successful build.
     last_layer, stage_ends, froms = None, [], 0

@@ -14,7 +14,6 @@ temporary folder.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from typing import TextIO
 from mha_ci.errors import EnvironmentProblem
 from mha_ci.executors.base import Executor, PayloadResult, PayloadRun
 from mha_ci.executors.local_process import run_python_payload
+from mha_ci.model.lockfile import lock_sha256
 from mha_ci.model.types import Toolchain
 
 MARKER = "mha-ci-env.json"     # written last; its presence means "complete"
@@ -36,10 +36,6 @@ MARKER = "mha-ci-env.json"     # written last; its presence means "complete"
 def cache_root(root: Path) -> Path:
     override = os.environ.get("MHA_CI_CACHE")
     return Path(override).resolve() if override else root / ".cache" / "mha-ci"
-
-
-def lock_digest(lock: Path) -> str:
-    return hashlib.sha256(lock.read_bytes()).hexdigest()
 
 
 class VenvExecutor(Executor):
@@ -57,7 +53,7 @@ class VenvExecutor(Executor):
     def env_path(self, toolchain: Toolchain) -> Path:
         # The cpu environments keep their historical names, so existing caches stay valid.
         platform = "" if toolchain.platform == "cpu" else f"-{toolchain.platform}"
-        return self.venvs / f"{toolchain.name}{platform}-{lock_digest(toolchain.lock)[:12]}"
+        return self.venvs / f"{toolchain.name}{platform}-{lock_sha256(toolchain.lock)[:12]}"
 
     def ensure_env(self, toolchain: Toolchain) -> Path:
         """The toolchain's environment, built first if it does not exist yet."""
@@ -115,7 +111,7 @@ class VenvExecutor(Executor):
                 self._step([str(temp / "bin" / "python"), "-m", "pip", "install", "--no-input",
                             "--require-hashes", "--no-deps", "-r", str(toolchain.lock)], log, log_path, toolchain)
             (temp / MARKER).write_text(json.dumps({
-                "toolchain": toolchain.name, "platform": toolchain.platform, "lock": str(toolchain.lock), "lock_sha256": lock_digest(toolchain.lock),
+                "toolchain": toolchain.name, "platform": toolchain.platform, "lock": str(toolchain.lock), "lock_sha256": lock_sha256(toolchain.lock),
                 "base_python": self.base_python, "base_python_version": self._base_version(),
                 "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }, indent=2) + "\n")

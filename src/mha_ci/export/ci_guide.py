@@ -93,8 +93,9 @@ def render(pipeline: Pipeline) -> str:
         lines.append("Changed paths add nothing.")
     else:
         lines += ["| paths | adds | why |", "|---|---|---|"]
-        for rule in pipeline.triggers.paths:
-            lines.append(f"| {_code(rule.patterns)} | {_selection_text(pipeline, rule.selection)} | {rule.description} |")
+        for path_rule in pipeline.triggers.paths:
+            lines.append(f"| {_code(path_rule.patterns)} | {_selection_text(pipeline, path_rule.selection)} "
+                         f"| {path_rule.description} |")
         lines += ["", f"`{{arch}}` in a pattern stands for each arch of its rule. Documentation paths "
                   f"({_code(pipeline.triggers.documentation)}) add nothing."]
     push, manual = pipeline.events["push"], pipeline.events["manual"]
@@ -125,10 +126,8 @@ def render(pipeline: Pipeline) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _golden_text(pipeline) -> str:
-    from mha_ci.export.github import toolchain_with_role
-
-    golden, top = toolchain_with_role(pipeline, "golden"), toolchain_with_role(pipeline, "top-of-tree")
+def _golden_text(pipeline: Pipeline) -> str:
+    golden, top = pipeline.toolchain_with_role("golden"), pipeline.toolchain_with_role("top-of-tree")
     if not (golden and top):
         return ""
     return (f" Beside each refresh, golden ({golden}) vs top of tree ({top}) on the full set, the two "

@@ -272,11 +272,6 @@ def _refresh_job(pipeline: Pipeline, arch_name: str) -> dict:
     }
 
 
-def toolchain_with_role(pipeline: Pipeline, role: str) -> str | None:
-    names = [name for name, t in pipeline.toolchains.items() if t.role == role]
-    return names[0] if len(names) == 1 else None
-
-
 def _golden_job(pipeline: Pipeline, arch_name: str, golden: str, top: str) -> dict:
     """Golden vs top of tree on one GPU, the two toolchains' payloads taking turns shape by shape
     (mha_ci.perf.lockstep). A study, not a gate: regressions between toolchains are its findings
@@ -306,7 +301,7 @@ def _golden_job(pipeline: Pipeline, arch_name: str, golden: str, top: str) -> di
 def nightly_workflow(pipeline: Pipeline) -> dict:
     archs = [a for a in pipeline.kinds["refresh"].archs if pipeline.archs[a].device != "none"]
     jobs = {f"refresh-{arch}".replace(".", "_"): _refresh_job(pipeline, arch) for arch in archs}
-    golden, top = toolchain_with_role(pipeline, "golden"), toolchain_with_role(pipeline, "top-of-tree")
+    golden, top = pipeline.toolchain_with_role("golden"), pipeline.toolchain_with_role("top-of-tree")
     if golden and top:
         # One study per GPU arch, on that arch's runners, beside its refresh.
         jobs.update({f"golden-vs-tot-{arch}".replace(".", "_"): _golden_job(pipeline, arch, golden, top)
@@ -364,7 +359,7 @@ def stale(files: list[GeneratedFile], out_root: Path) -> str:
     """A unified diff of committed vs generated, empty when they agree. Also reports workflow
     files in .github/workflows/ that the generator does not produce (a hand-written workflow
     would escape every rule above)."""
-    chunks = []
+    chunks: list[str] = []
     produced = {g.path for g in files}
     for generated in files:
         target = Path(out_root) / generated.path

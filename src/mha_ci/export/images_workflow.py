@@ -3,7 +3,7 @@ registry, and the registry settings the other workflows share.
 
 The GPU jobs of pr.yml / main.yml run in `container: ${{ matrix.image }}`, a reference their plan
 job computes with mha_ci.containers.images (no docker there). This workflow publishes the same
-references, through the same function (`python -m mha_ci.containers publish`), with the same
+references, through the same function (`mha-ci containers publish`), with the same
 MHA_CI_REGISTRY: so what a job pulls is what was pushed, by construction.
 
 - Registry: ghcr.io/<owner>/<repo>, from $GITHUB_REPOSITORY, lower-cased in the shell (registry
@@ -36,7 +36,7 @@ def images_workflow(pipeline: Pipeline, checkout: dict, setup_python: dict) -> d
               for s in discover(pipeline.toolchains.values())]
     publish = (REGISTRY_FROM_REPOSITORY
                + 'echo "$TOKEN" | docker login "' + REGISTRY_HOST + '" -u "$ACTOR" --password-stdin\n'
-               'python -m mha_ci.containers publish --toolchain "$TOOLCHAIN" --platform "$PLATFORM"\n')
+               'mha-ci containers publish --toolchain "$TOOLCHAIN" --platform "$PLATFORM"\n')
     # The CPU and CUDA images build FROM the local Debian base (containers/make-base-image.sh);
     # the ROCm ones FROM AMD's image, which docker pulls itself.
     base = ('if grep -q "^ARG BASE_IMAGE=mha-ci/" "containers/$TOOLCHAIN/Dockerfile.$PLATFORM"; then\n'

@@ -33,7 +33,7 @@ CONTAINER_OPTIONS = {
 def image_reference(toolchain: Toolchain, arch: Arch) -> str:
     """The reference of the toolchain's image on the arch's platform, e.g.
     ghcr.io/owner/repo/triton-3.4-cuda:<content digest>: exactly what images.yml publishes and
-    `python -m mha_ci.containers` builds (one function, ImageSpec.reference; the registry is
+    `mha-ci containers` builds (one function, ImageSpec.reference; the registry is
     $MHA_CI_REGISTRY, which the workflow sets from the repository)."""
     on_platform = toolchain.on(arch.platform)
     spec = spec_for(on_platform)

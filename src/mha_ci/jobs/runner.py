@@ -1,7 +1,7 @@
 """Run a list of planned jobs: dispatch each to its kind, collect verdicts, write the reports.
 
-Registry contract (for job kinds other than correctness)
--------------------------------------------------------
+The job-kind contract
+--------------------
 A job kind is a function
 
     run_job(job: model.types.Job, pipeline: model.pipeline.Pipeline,
@@ -19,10 +19,8 @@ A job kind is a function
   code's fault; the runner records them as verdict "error" and goes on with the other jobs.
   Any other exception is recorded as "error" with the traceback's last line, exit 1.
 
-Kinds are found through KIND_RUNNERS ("module:function", imported on first use, so a kind whose
-module does not exist yet only fails its own jobs), or registered directly with
-`register(kind, fn)` (tests, plug-ins). The defaults expect `mha_ci.perf.job:run_job`,
-`mha_ci.perf.job:run_refresh_job` and `mha_ci.checksums.job:run_job`.
+Every kind of pipelines/jobs.yaml has its module under mha_ci.jobs, listed in KIND_RUNNERS.
+`register(kind, fn)` puts another function in a kind's place (tests stand in for slow kinds).
 
 Nothing is lost on failure: after every job, out/jobs/<id>/result.json, out/results.json and
 out/summary.md are rewritten, so a run killed halfway leaves the results of the jobs it finished.
@@ -32,7 +30,6 @@ with exit code 130 / 143 before the interruption goes on up to the CLI.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import platform
@@ -42,23 +39,28 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable, Sequence, TextIO
 
 import mha_ci
 from mha_ci.errors import ExitCode, MhaCiError, interruption
 from mha_ci.executors.base import Executor
 from mha_ci.jobs import JobResult
+from mha_ci.jobs import checksums as checksums_kind
+from mha_ci.jobs import perf as perf_kind
+from mha_ci.jobs import refresh as refresh_kind
+from mha_ci.jobs.correctness import job as correctness_kind
+from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Job, PlannedJob, SkippedJob
 
 RESULTS_SCHEMA = "mha-ci.results/1"
 
-JobRunner = Callable[[Job, object, Executor, Path], JobResult]
+JobRunner = Callable[[Job, Pipeline, Executor, Path], JobResult]
 
-KIND_RUNNERS: dict[str, str] = {
-    "correctness": "mha_ci.jobs.correctness.job:run_job",
-    "perf": "mha_ci.perf.job:run_job",
-    "refresh": "mha_ci.perf.job:run_refresh_job",
-    "checksums": "mha_ci.checksums.job:run_job",
+KIND_RUNNERS: dict[str, JobRunner] = {
+    "correctness": correctness_kind.run_job,
+    "perf": perf_kind.run_job,
+    "refresh": refresh_kind.run_job,
+    "checksums": checksums_kind.run_job,
 }
 _REGISTERED: dict[str, JobRunner] = {}
 
@@ -72,22 +74,10 @@ def unregister(kind: str) -> None:
 
 
 def runner_for(kind: str) -> JobRunner:
-    """The function that runs jobs of `kind`; MhaCiError (exit 1) when none can be found."""
-    if kind in _REGISTERED:
-        return _REGISTERED[kind]
-    target = KIND_RUNNERS.get(kind)
-    if target is None:
-        raise NoRunner(f"no runner for job kind '{kind}' (known: {', '.join(sorted(set(KIND_RUNNERS) | set(_REGISTERED)))})")
-    module_name, _, attribute = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
-            raise NoRunner(f"no runner for job kind '{kind}': module {module_name} does not exist") from None
-        raise
-    fn = getattr(module, attribute, None)
+    """The function that runs jobs of `kind`; NoRunner (exit 1) for a kind mha-ci does not know."""
+    fn = _REGISTERED.get(kind) or KIND_RUNNERS.get(kind)
     if fn is None:
-        raise NoRunner(f"no runner for job kind '{kind}': {module_name} has no {attribute}()")
+        raise NoRunner(f"no runner for job kind '{kind}' (known: {', '.join(sorted(set(KIND_RUNNERS) | set(_REGISTERED)))})")
     return fn
 
 
@@ -141,7 +131,7 @@ class RunReport:
         }
 
 
-def overall_exit_code(results: list[JobResult], not_run: list[NotRun] = ()) -> int:
+def overall_exit_code(results: list[JobResult], not_run: Sequence[NotRun] = ()) -> int:
     """Worst first: an environment problem (3) means some verdicts could not be reached at all,
     so it outranks a configuration error (2), which outranks a failed gate (1)."""
     codes = {int(r.exit_code) for r in results}
@@ -153,7 +143,7 @@ def overall_exit_code(results: list[JobResult], not_run: list[NotRun] = ()) -> i
     return int(ExitCode.OK)
 
 
-def run_job(planned: PlannedJob, pipeline, executor: Executor, out_dir: Path) -> JobResult:
+def run_job(planned: PlannedJob, pipeline: Pipeline, executor: Executor, out_dir: Path) -> JobResult:
     """One job, never raising: every failure becomes a JobResult the reports can show."""
     job = planned.job
     started = time.monotonic()
@@ -171,8 +161,8 @@ def run_job(planned: PlannedJob, pipeline, executor: Executor, out_dir: Path) ->
     return result
 
 
-def run_jobs(jobs: list[PlannedJob], pipeline, executor: Executor, out_dir: Path, *,
-             not_run: list[NotRun] = (), skipped: list[SkippedJob] = (), provenance: dict | None = None,
+def run_jobs(jobs: list[PlannedJob], pipeline: Pipeline, executor: Executor, out_dir: Path, *,
+             not_run: Sequence[NotRun] = (), skipped: Sequence[SkippedJob] = (), provenance: dict | None = None,
              stream: TextIO | None = None) -> RunReport:
     from mha_ci.reports import summary   # reports import jobs; imported here to keep that one-way
 
@@ -194,7 +184,7 @@ def run_jobs(jobs: list[PlannedJob], pipeline, executor: Executor, out_dir: Path
     return report
 
 
-def _run_in_turn(jobs: list[PlannedJob], pipeline, executor: Executor, report: RunReport, stream: TextIO,
+def _run_in_turn(jobs: list[PlannedJob], pipeline: Pipeline, executor: Executor, report: RunReport, stream: TextIO,
                  summary) -> None:
     out_dir = report.out_dir
     for position, planned in enumerate(jobs, start=1):
@@ -223,7 +213,7 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(temp, path)
 
 
-def run_provenance(pipeline, executor: str, pin_mode: str = "enforce") -> dict:
+def run_provenance(pipeline: Pipeline, executor: str, pin_mode: str = "enforce") -> dict:
     root = Path(pipeline.root)
     return {
         "executor": executor,

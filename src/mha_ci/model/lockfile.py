@@ -5,6 +5,7 @@ yaml) can read the same pins the orchestrating side validated.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -15,6 +16,12 @@ _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
 def normalise(name: str) -> str:
     """PEP 503 name normalisation, so `Typing_Extensions` and `typing-extensions` are one pin."""
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def lock_sha256(path: Path) -> str:
+    """The lock file's identity: names a toolchain environment (venvs/<toolchain>-<sha256[:12]>)
+    and goes into every code-object record's toolchain ("lock_sha256")."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def read_pins(path: Path) -> dict[str, str]:

@@ -89,3 +89,8 @@ class Pipeline:
 
     def known_failures_for(self, arch: str, toolchain: str) -> tuple[KnownFailure, ...]:
         return tuple(f for f in self.known_failures if f.arch == arch and f.toolchain == toolchain)
+
+    def toolchain_with_role(self, role: str) -> str | None:
+        """The one toolchain of `role` ("golden", "top-of-tree"); None when none or several have it."""
+        names = [name for name, t in self.toolchains.items() if t.role == role]
+        return names[0] if len(names) == 1 else None

@@ -177,7 +177,8 @@ def pick_sample(records, count: int) -> list[str]:
 
     for record in sorted(records, key=rank):
         by_arch.setdefault(record.arch, []).append(record.key)
-    picked, round_ = [], 0
+    picked: list[str] = []
+    round_ = 0
     while len(picked) < count and any(len(keys) > round_ for keys in by_arch.values()):
         for keys in by_arch.values():
             if len(keys) > round_ and len(picked) < count:
@@ -191,7 +192,8 @@ def check_determinism(args, records, variants) -> dict:
     archs = {v.arch for v in variants if v.key in sample}
     targets = [t for t in args.target if t.split("=", 1)[0] in archs]
     _log(f"determinism: compiling {len(sample)} variants in two fresh processes")
-    runs, problems = [], []
+    runs: list[dict] = []
+    problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="mha-ci-determinism-") as tmp:
         procs = []
         for i in range(2):

@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             print(f"perf payload: {exc}", file=sys.stderr)
             return EXIT_NO_RESULT
-        lock = lockstep.Lockstep(out_path(folder), role, len(entries))
+        lock = lockstep.Lockstep(out_path(str(folder)), role, len(entries))
     try:
         return _measure_all(args, pins, shapes_doc, method, entries, lock)
     except lockstep.Stopped as exc:

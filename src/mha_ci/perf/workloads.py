@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from mha_ci.perf.buckets import bucket_of
 from mha_ci.perf.shapes import Shape
@@ -100,7 +101,7 @@ def generate(spec) -> list[Workload]:
     return [by_key[k] for k in sorted(by_key)]
 
 
-def select_subset(workloads: list[Workload], size: int, always: list[str] = ()) -> list[Workload]:
+def select_subset(workloads: list[Workload], size: int, always: Sequence[str] = ()) -> list[Workload]:
     """The pull-request subset, deterministic (depends only on the workload set and `size`).
 
     In order, until `size` is reached (the first three steps may exceed it; coverage wins):

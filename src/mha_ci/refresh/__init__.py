@@ -5,9 +5,10 @@ to become a baseline, and put the new baselines on a new branch with a pull-requ
   branch.py      the one-commit branch made in a throw-away `git worktree` (the checkout and its
                  branch are never touched; an interrupted refresh leaves nothing behind)
   report.py      the pull-request body: old vs new per shape, what moved, both provenances
-  __main__.py    `python -m mha_ci.refresh` over measurement files (the GPU side measures)
 
-`mha-ci perf refresh` (mha_ci.commands.perf) calls `refresh()` with the perf measure function.
+`mha-ci perf refresh` (mha_ci.commands.perf) calls `refresh()` with the perf measure function,
+or, given `--measurement TOOLCHAIN=FILE`, with documents measured already (on a GPU machine);
+the refresh job kind (mha_ci.jobs.refresh) calls it for one toolchain.
 """
 from mha_ci.refresh.core import RefreshRefused, RefreshResult, refresh
 

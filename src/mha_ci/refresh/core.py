@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
+from mha_ci.baselines import code_objects, perf_baseline, test_durations
+from mha_ci.checksums.records import SCHEMA as CODEOBJ_SCHEMA
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Arch, Toolchain
@@ -47,8 +49,6 @@ from mha_ci.perf.stats import stall_from_summary
 from mha_ci.refresh import branch as git_branch
 from mha_ci.refresh import report
 
-CODEOBJ_SCHEMA = "mha-ci.codeobj/1"
-BASELINES_DIR = "perf_baselines"
 
 MeasureFn = Callable[[Arch, Toolchain], dict]            # -> mha-ci.perf/1 document
 ChecksumsFn = Callable[[Toolchain], dict | None]         # -> mha-ci.codeobj/1 document, or None: keep
@@ -98,10 +98,6 @@ class RefreshResult:
 
 
 # -- checks ----------------------------------------------------------------------------------
-
-def baseline_path(arch: str, toolchain: str) -> str:
-    return f"{BASELINES_DIR}/{arch}/{toolchain}.json"
-
 
 def _load_json(path: Path) -> dict | None:
     if not path.is_file():
@@ -200,49 +196,11 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
     base_commit = git_branch.head_commit(root)
 
     # 1. measure and check everything before anything is written
-    bad, mismatch, measured = [], [], {}
-    for name in names:
-        toolchain = pipeline.toolchains[name].on(arch_spec.platform)
-        doc = measure_fn(arch_spec, toolchain)
-        old = _load_json(root / baseline_path(arch, name))
-        doc_bad, doc_mismatch = measurement_problems(doc, arch_spec, toolchain, old, policy, allow_unpinned)
-        bad += doc_bad
-        mismatch += doc_mismatch
-        measured[name] = (old, doc)
-    if bad or mismatch:
-        refused = RefreshRefused(mismatch + bad, ExitCode.ENVIRONMENT_ERROR if mismatch else ExitCode.GATE_FAILED)
-        _publish(out_dir, {"refresh.json": json.dumps({"schema": "mha-ci.refresh/1", "status": "refused",
-                                                         "arch": arch, "branch": None, "exit_code": int(refused.exit_code),
-                                                         "reasons": refused.reasons}, indent=2) + "\n"})
-        raise refused
+    measured = _measure_and_check(pipeline, arch_spec, names, measure_fn, policy, out_dir, allow_unpinned)
 
     # 2. the files of the commit
-    files: dict[str, bytes] = {}
-    comparisons: dict[str, Comparison | None] = {}
-    changed = always
-    history: dict[str, str] = {}
-    for name, (old, doc) in measured.items():
-        stored, reset = roll(old, doc, policy.history_runs)
-        runs = len(stored["provenance"]["combined_runs"])
-        history[name] = f"{runs} run(s) kept" + (f"; history restarted: {reset}" if reset else "")
-        files[baseline_path(arch, name)] = _encode(stored)
-        # What moved: the new run against the stored baseline, as a pull request would be judged.
-        comparisons[name] = compare(old, doc, policy.gate) if old is not None else None
-        changed = changed or bool(_moved(comparisons[name])) or _shape_set_changed(old, doc)
-    extra: dict[str, bytes] = {}
-    if checksums_fn:
-        for name in names:
-            doc = checksums_fn(pipeline.toolchains[name])
-            if doc is None:          # not refreshed for this toolchain
-                continue
-            if not isinstance(doc, dict) or doc.get("schema") != CODEOBJ_SCHEMA:
-                raise RefreshRefused([f"code objects of {name}: not a {CODEOBJ_SCHEMA} document"], ExitCode.GATE_FAILED)
-            extra[f"{BASELINES_DIR}/code_objects/{name}.json"] = _encode(doc)
-    if durations_fn:
-        for rel, doc in sorted(durations_fn(arch_spec).items()):
-            if Path(rel).is_absolute() or ".." in Path(rel).parts:
-                raise ConfigError(f"test durations path {rel!r} must be relative, inside test_durations/")
-            extra[f"{BASELINES_DIR}/test_durations/{rel}"] = _encode(doc)
+    files, comparisons, history, changed = _baseline_files(arch, measured, policy, always)
+    extra = _other_files(pipeline, arch_spec, names, checksums_fn, durations_fn)
     for rel, data in extra.items():
         current = root / rel
         if not current.is_file() or current.read_bytes() != data:
@@ -278,6 +236,69 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
         subprocess.run(["git", "-C", str(root), "branch", "-D", branch], capture_output=True, check=False)
         raise
     return result
+
+
+def _measure_and_check(pipeline: Pipeline, arch_spec: Arch, names: list[str], measure_fn: MeasureFn,
+                       policy: RefreshPolicy, out_dir: Path, allow_unpinned: bool) -> dict[str, tuple[dict | None, dict]]:
+    """toolchain -> (stored baseline or None, new measurement); RefreshRefused (with every
+    toolchain's problems, recorded in out_dir/refresh.json) when any measurement is unfit."""
+    root = Path(pipeline.root)
+    bad, mismatch, measured = [], [], {}
+    for name in names:
+        toolchain = pipeline.toolchains[name].on(arch_spec.platform)
+        doc = measure_fn(arch_spec, toolchain)
+        old = _load_json(root / perf_baseline(arch_spec.name, name))
+        doc_bad, doc_mismatch = measurement_problems(doc, arch_spec, toolchain, old, policy, allow_unpinned)
+        bad += doc_bad
+        mismatch += doc_mismatch
+        measured[name] = (old, doc)
+    if bad or mismatch:
+        refused = RefreshRefused(mismatch + bad, ExitCode.ENVIRONMENT_ERROR if mismatch else ExitCode.GATE_FAILED)
+        _publish(out_dir, {"refresh.json": json.dumps({"schema": "mha-ci.refresh/1", "status": "refused",
+                                                         "arch": arch_spec.name, "branch": None,
+                                                         "exit_code": int(refused.exit_code),
+                                                         "reasons": refused.reasons}, indent=2) + "\n"})
+        raise refused
+    return measured
+
+
+def _baseline_files(arch: str, measured: dict[str, tuple[dict | None, dict]], policy: RefreshPolicy,
+                    always: bool) -> tuple[dict[str, bytes], dict[str, Comparison | None], dict[str, str], bool]:
+    """(the new perf baselines by repo path, each against the stored one, the runs kept per
+    toolchain, whether anything moved)."""
+    files: dict[str, bytes] = {}
+    comparisons: dict[str, Comparison | None] = {}
+    changed = always
+    history: dict[str, str] = {}
+    for name, (old, doc) in measured.items():
+        stored, reset = roll(old, doc, policy.history_runs)
+        runs = len(stored["provenance"]["combined_runs"])
+        history[name] = f"{runs} run(s) kept" + (f"; history restarted: {reset}" if reset else "")
+        files[perf_baseline(arch, name)] = _encode(stored)
+        # What moved: the new run against the stored baseline, as a pull request would be judged.
+        comparisons[name] = compare(old, doc, policy.gate) if old is not None else None
+        changed = changed or bool(_moved(comparisons[name])) or _shape_set_changed(old, doc)
+    return files, comparisons, history, changed
+
+
+def _other_files(pipeline: Pipeline, arch_spec: Arch, names: list[str], checksums_fn: ChecksumsFn | None,
+                 durations_fn: DurationsFn | None) -> dict[str, bytes]:
+    """The code-object checksums and test durations refreshed with the baselines, by repo path."""
+    extra: dict[str, bytes] = {}
+    if checksums_fn:
+        for name in names:
+            codeobjs = checksums_fn(pipeline.toolchains[name])
+            if codeobjs is None:          # not refreshed for this toolchain
+                continue
+            if not isinstance(codeobjs, dict) or codeobjs.get("schema") != CODEOBJ_SCHEMA:
+                raise RefreshRefused([f"code objects of {name}: not a {CODEOBJ_SCHEMA} document"], ExitCode.GATE_FAILED)
+            extra[code_objects(name)] = _encode(codeobjs)
+    if durations_fn:
+        for rel, doc in sorted(durations_fn(arch_spec).items()):
+            if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise ConfigError(f"test durations path {rel!r} must be relative, inside test_durations/")
+            extra[test_durations(rel)] = _encode(doc)
+    return extra
 
 
 def _out_texts(result: RefreshResult, body: str, title: str) -> dict[str, str]:

@@ -24,10 +24,12 @@ import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
+from mha_ci.baselines import test_durations
 from mha_ci.errors import ExitCode
 from mha_ci.executors.base import Executor, PayloadRun
 from mha_ci.jobs import JobResult
 from mha_ci.jobs.correctness import sharding
+from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Job
 
 TESTS_DIR = "tests/mha"
@@ -35,7 +37,7 @@ DEFAULT_TIMEOUT_S = 3600.0
 
 
 def durations_file(root: Path, arch: str) -> Path:
-    return root / "perf_baselines" / "test_durations" / f"{arch}.json"
+    return Path(root) / test_durations(f"{arch}.json")
 
 
 # `mha-ci run --select GLOB` narrows the correctness jobs to the collected tests whose node id
@@ -60,7 +62,7 @@ def _selected(tests: list[str], result: JobResult) -> list[str]:
     return chosen
 
 
-def run_job(job: Job, pipeline, executor: Executor, out_dir: Path) -> JobResult:
+def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> JobResult:
     started = time.monotonic()
     arch = pipeline.archs[job.arch]
     toolchain = pipeline.toolchains[job.toolchain].on(arch.platform)

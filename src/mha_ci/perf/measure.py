@@ -1,9 +1,9 @@
-"""The perf and refresh job kinds, and the measuring steps `mha-ci perf` shares with them.
+"""The measuring steps `mha-ci perf`, the perf job and the refresh job share.
 
 Measuring = write shapes.json and method.json into the run's out folder, run the payload
 (`python -m mha_ci.payloads.perf`) through the executor, read back the mha-ci.perf/1 document.
-Gating = compare it with perf_baselines/<arch>/<toolchain>.json (mha_ci.perf.compare) and write
-the reports (compare.{json,md,txt,png,html}) next to it.
+The gate (mha_ci.perf.compare) and the job kinds (mha_ci.jobs.perf, mha_ci.jobs.refresh) take
+it from there.
 
 Interleaving two toolchains (`mha-ci perf measure --interleave T2`): one process cannot hold two
 Triton versions, so two payload processes run at once and take turns shape by shape in ABBA
@@ -17,23 +17,17 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
-from mha_ci.perf import report
-from mha_ci.perf.compare import compare
+from mha_ci.model.pipeline import Pipeline
 from mha_ci.perf.document import load_perf, merge_perf, write_json
 
 SUBSETS = ("pr", "full")
 # The full set is sized for ~10 minutes on an H200 (perf.yaml `measure`); the timeout leaves
 # room for a slow first compile of every kernel variant.
 PAYLOAD_TIMEOUT_S = 3600.0
-
-
-def baseline_path(root: Path, arch: str, toolchain: str) -> Path:
-    return Path(root) / "perf_baselines" / arch / f"{toolchain}.json"
 
 
 def selected_workloads(root: Path, subset: str, keys: list[str] | None = None):
@@ -66,7 +60,7 @@ def write_inputs(root: Path, folder: Path, subset: str, keys: list[str] | None =
     return shapes, meth, len(workloads)
 
 
-def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, rel: str, *, kernel: str = "mha",
+def run_payload(executor, pipeline: Pipeline, toolchain: str, arch: str, out_dir: Path, rel: str, *, kernel: str = "mha",
                 chunk: str | None = None, out_name: str = "perf.json", log_prefix: str = "perf",
                 extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None) -> dict:
     """Run the payload on out_dir/rel/{shapes,method}.json; returns the perf document."""
@@ -103,7 +97,7 @@ def run_payload(executor, pipeline, toolchain: str, arch: str, out_dir: Path, re
     return doc
 
 
-def measure_repeated(executor, pipeline, toolchain: str, arch: str, out_dir: Path, rel: str, repeat: int,
+def measure_repeated(executor, pipeline: Pipeline, toolchain: str, arch: str, out_dir: Path, rel: str, repeat: int,
                      kernel: str = "mha", log_prefix: str = "perf") -> dict:
     """The payload `repeat` times, each its own process, combined (mha_ci.perf.combine) into
     out_dir/rel/perf.json: per shape the median run and the spread between runs. Some shapes move
@@ -134,7 +128,7 @@ def interleave_order(chunks: int, a: str, b: str) -> list[tuple[int, str]]:
     return order
 
 
-def measure_interleaved(executor, pipeline, toolchains: tuple[str, str], arch: str, out_dir: Path, rel: str,
+def measure_interleaved(executor, pipeline: Pipeline, toolchains: tuple[str, str], arch: str, out_dir: Path, rel: str,
                         chunks: int, kernel: str = "mha") -> dict[str, dict]:
     parts: dict[str, list[dict]] = {t: [] for t in toolchains}
     for index, toolchain in interleave_order(chunks, *toolchains):
@@ -149,7 +143,7 @@ def measure_interleaved(executor, pipeline, toolchains: tuple[str, str], arch: s
     return merged
 
 
-def measure_lockstep(executor, pipeline, toolchains: tuple[str, str], arch: str, out_dir: Path, rel: str,
+def measure_lockstep(executor, pipeline: Pipeline, toolchains: tuple[str, str], arch: str, out_dir: Path, rel: str,
                      kernel: str = "mha") -> dict[str, dict]:
     """Both toolchains' payloads at once, taking turns per shape; {toolchain: perf document}."""
     if toolchains[0] == toolchains[1]:
@@ -158,17 +152,17 @@ def measure_lockstep(executor, pipeline, toolchains: tuple[str, str], arch: str,
                        pipeline, arch, out_dir, rel, kernel)
 
 
-def measure_against(executors: tuple, commits: tuple[str, str], pipeline, toolchain: str, arch: str,
+def measure_against(executors: tuple, commits: tuple[str, str | None], pipeline: Pipeline, toolchain: str, arch: str,
                     out_dir: Path, rel: str, kernel: str = "mha") -> dict[str, dict]:
     """The base commit's kernel and the working tree's, one toolchain, taking turns per shape on
     one device (mha_ci.perf.base_checkout says why); {"base": doc, "head": doc}. `executors` and
-    `commits` are (base, head); the base executor's root is the folder base_checkout wrote."""
+    `commits` are (base, head; None: not known); the base executor's root is the folder base_checkout wrote."""
     sides = [(name, ex, toolchain, f"perf-{name}.json", {"MHA_CI_COMMIT": commit} if commit else {})
              for name, ex, commit in zip(("base", "head"), executors, commits)]
     return _take_turns(sides, pipeline, arch, out_dir, rel, kernel)
 
 
-def _take_turns(sides: list, pipeline, arch: str, out_dir: Path, rel: str, kernel: str) -> dict[str, dict]:
+def _take_turns(sides: list, pipeline: Pipeline, arch: str, out_dir: Path, rel: str, kernel: str) -> dict[str, dict]:
     """Two payloads at once, roles a and b of one turn folder; sides are (name, executor,
     toolchain, out_name, extra_env). The first failure stops the other side too."""
     from mha_ci.perf import lockstep
@@ -195,57 +189,7 @@ def _take_turns(sides: list, pipeline, arch: str, out_dir: Path, rel: str, kerne
     return docs
 
 
-# job kinds ---------------------------------------------------------------------------------
-
-def run_job(job, pipeline, executor, out_dir: Path):
-    """perf-<arch>-<toolchain>: measure (subset from $MHA_CI_PERF_SUBSET, default full; each
-    measurement repeated $MHA_CI_PERF_REPEAT times, default 1) and gate against
-    perf_baselines/<arch>/<toolchain>.json."""
-    from mha_ci.jobs import JobResult
-    from mha_ci.perf.config import gate_policy, load_perf_file
-
-    started = time.monotonic()
-    subset = os.environ.get("MHA_CI_PERF_SUBSET", "full")
-    rel = f"jobs/{job.id}"
-    job_dir = Path(out_dir) / rel
-    _, _, count = write_inputs(pipeline.root, job_dir, subset)
-    try:
-        repeat = int(os.environ.get("MHA_CI_PERF_REPEAT", "1"))
-    except ValueError:
-        raise ConfigError(f"MHA_CI_PERF_REPEAT={os.environ['MHA_CI_PERF_REPEAT']!r} is not a whole number") from None
-    candidate = measure_repeated(executor, pipeline, job.toolchain, job.arch, out_dir, rel, repeat, log_prefix=job.id)
-    measured = time.monotonic() - started
-    result = JobResult(job_id=job.id, kind=job.kind, verdict="fail", exit_code=ExitCode.GATE_FAILED,
-                       artifacts=[f"{rel}/perf.json"], timings={"measure": round(measured, 3)},
-                       details={"subset": subset, "shapes": count, "repeat": repeat})
-    base_file = baseline_path(pipeline.root, job.arch, job.toolchain)
-    if not base_file.is_file():
-        result.message = (f"no baseline {base_file.relative_to(pipeline.root)}: nothing to gate against "
-                          f"(the nightly refresh, or `mha-ci perf refresh`, stores one)")
-        return result
-    comparison = compare(load_perf(base_file), candidate, gate_policy(load_perf_file(pipeline.root)))
-    paths = report.write_all(comparison, job_dir)
-    result.artifacts += [str(p.relative_to(out_dir)) for p in paths.values()]
-    prov = candidate["provenance"]
-    result.details.update(summary=comparison.summary, refused=comparison.refused, notes=list(comparison.notes),
-                          stalls=len(comparison.stalled), pins_checked=bool(prov.get("pins_checked")),
-                          pin_mismatches=list(prov.get("pin_mismatches") or []),
-                          regressions=[v.key for v in comparison.shapes if v.status == "regression"][:50],
-                          broken=[{"key": v.key, "reason": v.reason} for v in comparison.broken])
-    # An unpinned side still gates (its numbers are real), but the verdict says so in its first words.
-    unpinned = "UNPINNED: " if any(n.startswith("UNPINNED") for n in comparison.notes) else ""
-    if comparison.gate_failed:
-        causes = comparison.failures
-        result.message = unpinned + (comparison.refused or (
-            f"perf gate failed: {report.tally_line(comparison)}; " + "; ".join(causes[:3])
-            + (f"; {len(causes) - 3} more" if len(causes) > 3 else "")))
-        return result
-    result.verdict, result.exit_code = "pass", ExitCode.OK
-    result.message = unpinned + report.tally_line(comparison)
-    return result
-
-
-def measure_full(executor, pipeline, out_dir: Path, rel_prefix: str):
+def measure_full(executor, pipeline: Pipeline, out_dir: Path, rel_prefix: str):
     """A MeasureFn for mha_ci.refresh: (Arch, Toolchain) -> the full set's perf document."""
     def measure_fn(arch, toolchain) -> dict:
         rel = f"{rel_prefix}/{toolchain.name}"
@@ -253,19 +197,3 @@ def measure_full(executor, pipeline, out_dir: Path, rel_prefix: str):
         return run_payload(executor, pipeline, toolchain.name, arch.name, out_dir, rel,
                            log_prefix=f"refresh {arch.name} {toolchain.name}")
     return measure_fn
-
-
-def run_refresh_job(job, pipeline, executor, out_dir: Path):
-    """refresh-<arch>-<toolchain>: measure the full set and hand it to mha_ci.refresh, which
-    checks it (noise, stalls, provenance against the pins) and commits the new baseline on a
-    branch for a pull request, or refuses with every reason (it never overwrites silently)."""
-    from mha_ci.jobs import JobResult
-    from mha_ci.refresh.core import refresh
-
-    rel = f"jobs/{job.id}"
-    result = refresh(pipeline, job.arch, measure_full(executor, pipeline, out_dir, rel),
-                     out_dir=Path(out_dir) / rel / "refresh", toolchains=[job.toolchain])
-    return JobResult(job_id=job.id, kind=job.kind, verdict="pass", exit_code=ExitCode.OK,
-                     artifacts=[f"{rel}/{job.toolchain}/perf.json"],
-                     message=f"{result.status}" + (f" on {result.branch}" if result.branch else ""),
-                     details=result.to_json())

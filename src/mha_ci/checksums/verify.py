@@ -1,30 +1,30 @@
 """Checksums on the orchestrating side: run the payload through an executor, compare, gate.
 
 `compute` runs `mha_ci.payloads.checksums compute` in the toolchain (venv, docker or host) and
-reads back out/code_objects/<toolchain>.json. `verify` compares it with
+reads back out/code_objects/<toolchain>.json. `judge` compares it with
 perf_baselines/code_objects/<toolchain>.json and fails on any difference, on a compile error,
 when the two fresh compiles of the determinism sample disagree (reported separately: that
 is a toolchain problem, not a kernel change), on a code object above its arch's resource limits
 or on a variant that spills more than its record (mha_ci.checksums.limits). `update` rewrites the stored file atomically.
-`run_job` is the runner's entry for kind "checksums" (one job per toolchain, all GPU archs).
+The checksums job kind (mha_ci.jobs.checksums) and `mha-ci checksums` both call these.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mha_ci import baselines
 from mha_ci.checksums import limits as limits_mod
 from mha_ci.checksums import records as records_mod
 from mha_ci.checksums.diff import Difference, compare, render
 from mha_ci.checksums.explain import explain
-from mha_ci.errors import EnvironmentProblem, ExitCode, MhaCiError
+from mha_ci.errors import ExitCode, MhaCiError
 from mha_ci.executors.base import Executor, PayloadRun
+from mha_ci.model.lockfile import lock_sha256
 from mha_ci.model.types import Arch, Toolchain
 
-STORED_DIR = Path("perf_baselines") / "code_objects"
 OUT_SUBDIR = "code_objects"
 PAYLOAD_TIMEOUT_S = 4 * 3600
 
@@ -40,7 +40,7 @@ class OverLimits(MhaCiError):
 
 
 def stored_path(root: Path, toolchain: str) -> Path:
-    return Path(root) / STORED_DIR / f"{toolchain}.json"
+    return Path(root) / baselines.code_objects(toolchain)
 
 
 def cache_dir(root: Path) -> Path:
@@ -81,7 +81,7 @@ def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Execu
     if use_cache:
         args += ["--cache-dir", str(cache_dir(root) / toolchain.name)]
     if toolchain.lock and Path(toolchain.lock).is_file():
-        args += ["--lock-sha256", hashlib.sha256(Path(toolchain.lock).read_bytes()).hexdigest()]
+        args += ["--lock-sha256", lock_sha256(toolchain.lock)]
     if jobs:
         args += ["--jobs", str(jobs)]
     if only:
@@ -212,42 +212,3 @@ def update(root: Path, computed: Computed, archs: list[Arch], only: str | None =
     differences = explain(compare(stored, merged), stored, merged) if stored else []
     records_mod.dump(merged, path, stored=True)
     return path, differences
-
-
-def run_job(job, pipeline, executor: Executor, out_dir: Path):
-    """Runner entry for kind "checksums": verify one toolchain on every arch with a compile target."""
-    from mha_ci.jobs import JobResult
-
-    toolchain = pipeline.toolchains.get(job.toolchain)
-    if toolchain is None:
-        raise EnvironmentProblem(f"toolchain {job.toolchain} is not in the pipeline")
-    archs = compile_archs(pipeline.archs.values())
-    computed = compute(pipeline.root, toolchain, archs, executor, Path(out_dir), job_arch=pipeline.archs.get(job.arch))
-    verdict = judge(pipeline.root, computed, archs)
-    artifacts = [computed.path, *write_verdict(out_dir, verdict)]
-    print(verdict.table, end="")
-    failures = [d for d in verdict.differences if d.is_failure]
-    if verdict.failed:
-        parts = []
-        if verdict.missing_stored:
-            parts.append("no stored checksums")
-        if failures:
-            parts.append(f"{len(failures)} variants differ")
-        if verdict.over_limits:
-            first = verdict.over_limits[0]
-            parts.append(f"{len(verdict.over_limits)} code objects over their arch's limits "
-                         f"(first: {first.key} {first.figure} {first.value} > {first.limit})")
-        if verdict.spills_grown:
-            parts.append(f"{len(verdict.spills_grown)} variants spill more than recorded")
-        if verdict.compile_errors:
-            parts.append(f"{len(verdict.compile_errors)} compile errors")
-        if verdict.nondeterministic:
-            parts.append("nondeterministic compile")
-        message, result_verdict, code = "; ".join(parts), "fail", ExitCode.GATE_FAILED
-    else:
-        message, result_verdict, code = f"{len(computed.codeobjs.records)} code objects match", "pass", ExitCode.OK
-    return JobResult(job_id=job.id, kind=job.kind, verdict=result_verdict, exit_code=code, message=message,
-                     artifacts=[str(Path(p).relative_to(out_dir)) for p in artifacts],
-                     timings={"payload": computed.wall_s},
-                     details={"variants": len(computed.codeobjs.records), "stats": computed.codeobjs.stats,
-                              "verdict": verdict.to_json()})

@@ -1,0 +1,68 @@
+"""Job kind perf (perf-<arch>-<toolchain>): measure the workload shapes in the job's toolchain
+and gate them against the stored baseline.
+
+Measuring is mha_ci.perf.measure (shared with `mha-ci perf measure`); the gate is
+mha_ci.perf.compare; the reports (compare.{json,md,txt,png,html}) go next to the measurement.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from mha_ci.baselines import perf_baseline
+from mha_ci.errors import ConfigError, ExitCode
+from mha_ci.executors.base import Executor
+from mha_ci.jobs import JobResult
+from mha_ci.model.pipeline import Pipeline
+from mha_ci.model.types import Job
+from mha_ci.perf import report
+from mha_ci.perf.compare import compare
+from mha_ci.perf.config import gate_policy, load_perf_file
+from mha_ci.perf.document import load_perf
+from mha_ci.perf.measure import measure_repeated, write_inputs
+
+
+def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> JobResult:
+    """perf-<arch>-<toolchain>: measure (subset from $MHA_CI_PERF_SUBSET, default full; each
+    measurement repeated $MHA_CI_PERF_REPEAT times, default 1) and gate against
+    perf_baselines/<arch>/<toolchain>.json."""
+    started = time.monotonic()
+    subset = os.environ.get("MHA_CI_PERF_SUBSET", "full")
+    rel = f"jobs/{job.id}"
+    job_dir = Path(out_dir) / rel
+    _, _, count = write_inputs(pipeline.root, job_dir, subset)
+    try:
+        repeat = int(os.environ.get("MHA_CI_PERF_REPEAT", "1"))
+    except ValueError:
+        raise ConfigError(f"MHA_CI_PERF_REPEAT={os.environ['MHA_CI_PERF_REPEAT']!r} is not a whole number") from None
+    candidate = measure_repeated(executor, pipeline, job.toolchain, job.arch, out_dir, rel, repeat, log_prefix=job.id)
+    measured = time.monotonic() - started
+    result = JobResult(job_id=job.id, kind=job.kind, verdict="fail", exit_code=ExitCode.GATE_FAILED,
+                       artifacts=[f"{rel}/perf.json"], timings={"measure": round(measured, 3)},
+                       details={"subset": subset, "shapes": count, "repeat": repeat})
+    base_file = Path(pipeline.root) / perf_baseline(job.arch, job.toolchain)
+    if not base_file.is_file():
+        result.message = (f"no baseline {base_file.relative_to(pipeline.root)}: nothing to gate against "
+                          f"(the nightly refresh, or `mha-ci perf refresh`, stores one)")
+        return result
+    comparison = compare(load_perf(base_file), candidate, gate_policy(load_perf_file(pipeline.root)))
+    paths = report.write_all(comparison, job_dir)
+    result.artifacts += [str(p.relative_to(out_dir)) for p in paths.values()]
+    prov = candidate["provenance"]
+    result.details.update(summary=comparison.summary, refused=comparison.refused, notes=list(comparison.notes),
+                          stalls=len(comparison.stalled), pins_checked=bool(prov.get("pins_checked")),
+                          pin_mismatches=list(prov.get("pin_mismatches") or []),
+                          regressions=[v.key for v in comparison.shapes if v.status == "regression"][:50],
+                          broken=[{"key": v.key, "reason": v.reason} for v in comparison.broken])
+    # An unpinned side still gates (its numbers are real), but the verdict says so in its first words.
+    unpinned = "UNPINNED: " if any(n.startswith("UNPINNED") for n in comparison.notes) else ""
+    if comparison.gate_failed:
+        causes = comparison.failures
+        result.message = unpinned + (comparison.refused or (
+            f"perf gate failed: {report.tally_line(comparison)}; " + "; ".join(causes[:3])
+            + (f"; {len(causes) - 3} more" if len(causes) > 3 else "")))
+        return result
+    result.verdict, result.exit_code = "pass", ExitCode.OK
+    result.message = unpinned + report.tally_line(comparison)
+    return result
