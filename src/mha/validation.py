@@ -249,10 +249,9 @@ def check_dropout(dropout_p) -> float:
 
 
 # Value validation of cu_seqlens needs the array on the host: a device-to-host copy that
-# synchronises the stream. Done on every call it stalls every varlen dispatch (measured on the
-# H200: the same call took 626 or 850 us depending on where the sync fell). Serving code builds one
-# cu_seqlens per batch and passes it to every layer, so the values are validated once per tensor
-# *state* and the summary is cached:
+# synchronises the stream, which would stall every varlen dispatch (docs/configs.md gives the
+# measurement). Serving code builds one cu_seqlens per batch and passes it to every layer, so the
+# values are validated once per tensor *state* and the summary is cached:
 # - keyed by id() plus a weakref that must still point at the very same object (ids are reused
 #   after a tensor dies; the weakref's callback also drops the entry then);
 # - and by tensor._version, data_ptr, numel and device: every in-place torch op on the tensor or a

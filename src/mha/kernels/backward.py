@@ -3,7 +3,8 @@ the query heads of its GQA group, so no atomics) and dQ per query block."""
 import triton
 import triton.language as tl
 
-from .common import LOG2E, dropout_keep, key_ranges, query_ranges, sequence_bounds, slice_offset, visible
+from .common import (FULL, LEADING_EDGE, LOG2E, TRAILING_EDGE, dropout_keep, key_ranges, query_ranges,
+                     sequence_bounds, slice_offset, stage_span, visible)
 
 
 # Values that vary per call but never change the code: not specialized (see mha.launch).
@@ -40,14 +41,17 @@ def attn_bwd_preprocess(Out, DOut, Delta, CuSeqlensQ,
 
 
 @triton.jit
-def _dkdv_inner(dk, dv, k, v, Q_head, DO_head, Lse_head, Delta_head, stride_qs, stride_dos,
-                offs_n, start, end, seqlen_q, diff, window_left, window_right, qk_scale,
+def _dkdv_stage(dk, dv, k, v, Q_head, DO_head, Lse_head, Delta_head, stride_qs, stride_dos,
+                offs_n, lo, full_lo, full_hi, hi, seqlen_q, diff, window_left, window_right, qk_scale,
                 rng_seed, rng_base, rng_stride, dropout_p,
-                MASKED: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
+                STAGE: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
                 HAS_DROPOUT: tl.constexpr, HEAD_DQK: tl.constexpr, HEAD_DV: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
                 DOT_PRECISION: tl.constexpr):
-    """Accumulate dK, dV of one key block over query blocks [start, end), transposed (keys as rows)."""
+    """Accumulate dK, dV of one key block over the query blocks of stage STAGE (common.stage_span),
+    transposed (keys as rows); only the edge stages apply the visibility/length mask."""
+    start, end = stage_span(lo, full_lo, full_hi, hi, STAGE)
+    MASKED: tl.constexpr = STAGE != FULL
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_dqk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
@@ -67,8 +71,8 @@ def _dkdv_inner(dk, dv, k, v, Q_head, DO_head, Lse_head, Delta_head, stride_qs, 
         st = tl.dot(k, qt, input_precision=DOT_PRECISION) * qk_scale
         pt = tl.math.exp2(st - lse[None, :] * LOG2E)
         if MASKED:
-            mask = visible(offs_m[None, :], offs_n[:, None], diff, window_left, window_right,
-                           BOUND_LEFT, BOUND_RIGHT) & (offs_m[None, :] < seqlen_q)
+            mask = visible(offs_m[None, :], offs_n[:, None], offs_m[None, :] < seqlen_q,
+                           diff, window_left, window_right, BOUND_LEFT, BOUND_RIGHT)
             # Rows with no visible key have lse = -inf (pt = inf there); the mask drops them.
             pt = tl.where(mask, pt, 0.0)
         do = tl.load(DO_head + offs_m[:, None] * stride_dos + offs_dv[None, :], mask=do_mask, other=0.0)
@@ -134,21 +138,13 @@ def attn_bwd_dkdv(Q, K, V, DOut, Lse, Delta, DK, DV, CuSeqlensQ, CuSeqlensK,
         Lse_head = Lse + slice_offset(b, q_start, h, stride_lb, 1, stride_lh)
         Delta_head = Delta + slice_offset(b, q_start, h, stride_lb, 1, stride_lh)
         rng_seed_bh = rng_seed + b * num_heads_k * group_size + h
-        dk, dv = _dkdv_inner(dk, dv, k, v, Q_head, DO_head, Lse_head, Delta_head, stride_qs, stride_dos,
-                             offs_n, lo, full_lo, seqlen_q, diff, window_left, window_right, qk_scale,
-                             rng_seed_bh, rng_offset, rng_stride, dropout_p,
-                             True, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
-                             BLOCK_M, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
-        dk, dv = _dkdv_inner(dk, dv, k, v, Q_head, DO_head, Lse_head, Delta_head, stride_qs, stride_dos,
-                             offs_n, full_lo, full_hi, seqlen_q, diff, window_left, window_right, qk_scale,
-                             rng_seed_bh, rng_offset, rng_stride, dropout_p,
-                             False, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
-                             BLOCK_M, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
-        dk, dv = _dkdv_inner(dk, dv, k, v, Q_head, DO_head, Lse_head, Delta_head, stride_qs, stride_dos,
-                             offs_n, full_hi, hi, seqlen_q, diff, window_left, window_right, qk_scale,
-                             rng_seed_bh, rng_offset, rng_stride, dropout_p,
-                             True, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
-                             BLOCK_M, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
+        # The query blocks of the band: leading edge (masked), full (unmasked), trailing edge (masked).
+        for stage in tl.static_range(LEADING_EDGE, TRAILING_EDGE + 1):
+            dk, dv = _dkdv_stage(dk, dv, k, v, Q_head, DO_head, Lse_head, Delta_head, stride_qs, stride_dos,
+                                 offs_n, lo, full_lo, full_hi, hi, seqlen_q, diff, window_left, window_right,
+                                 qk_scale, rng_seed_bh, rng_offset, rng_stride, dropout_p,
+                                 stage, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
+                                 BLOCK_M, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
     dk = dk * sm_scale
     DK_head = DK + slice_offset(b, k_start, hk, stride_dkb, stride_dks, stride_dkh)
     DV_head = DV + slice_offset(b, k_start, hk, stride_dvb, stride_dvs, stride_dvh)
@@ -159,13 +155,17 @@ def attn_bwd_dkdv(Q, K, V, DOut, Lse, Delta, DK, DV, CuSeqlensQ, CuSeqlensK,
 
 
 @triton.jit
-def _dq_inner(dq, q, do, lse, delta, K_head, V_head, stride_ks, stride_vs,
-              offs_m, start, end, seqlen_k, diff, window_left, window_right, qk_scale,
+def _dq_stage(dq, q, do, lse, delta, K_head, V_head, stride_ks, stride_vs,
+              offs_m, lo, full_lo, full_hi, hi, seqlen_k, diff, window_left, window_right, qk_scale,
               rng_seed, rng_base, rng_stride, dropout_p,
-              MASKED: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
+              STAGE: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
               HAS_DROPOUT: tl.constexpr, HEAD_DQK: tl.constexpr, HEAD_DV: tl.constexpr,
               BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
               DOT_PRECISION: tl.constexpr):
+    """Accumulate dQ of one query block over the key blocks of stage STAGE (common.stage_span);
+    only the edge stages apply the visibility/length mask."""
+    start, end = stage_span(lo, full_lo, full_hi, hi, STAGE)
+    MASKED: tl.constexpr = STAGE != FULL
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_dqk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
@@ -181,8 +181,8 @@ def _dq_inner(dq, q, do, lse, delta, K_head, V_head, stride_ks, stride_vs,
         s = tl.dot(q, kt, input_precision=DOT_PRECISION) * qk_scale
         p = tl.math.exp2(s - lse[:, None])
         if MASKED:
-            mask = visible(offs_m[:, None], offs_n[None, :], diff, window_left, window_right,
-                           BOUND_LEFT, BOUND_RIGHT) & (offs_n[None, :] < seqlen_k)
+            mask = visible(offs_m[:, None], offs_n[None, :], offs_n[None, :] < seqlen_k,
+                           diff, window_left, window_right, BOUND_LEFT, BOUND_RIGHT)
             p = tl.where(mask, p, 0.0)
         dp = tl.dot(do, vt, input_precision=DOT_PRECISION)
         if HAS_DROPOUT:
@@ -239,21 +239,13 @@ def attn_bwd_dq(Q, K, V, DOut, Lse, Delta, DQ, CuSeqlensQ, CuSeqlensK,
     row_last = tl.minimum(m0 + BLOCK_M, seqlen_q) - 1
     lo, full_lo, full_hi, hi = key_ranges(m0, row_last, seqlen_k, diff, window_left, window_right,
                                           BLOCK_N, BOUND_LEFT, BOUND_RIGHT)
-    dq = _dq_inner(dq, q, do, lse, delta, K_head, V_head, stride_ks, stride_vs, offs_m,
-                   lo, full_lo, seqlen_k, diff, window_left, window_right, qk_scale,
-                   rng_seed_bh, rng_offset, rng_stride, dropout_p,
-                   True, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
-                   BLOCK_N, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
-    dq = _dq_inner(dq, q, do, lse, delta, K_head, V_head, stride_ks, stride_vs, offs_m,
-                   full_lo, full_hi, seqlen_k, diff, window_left, window_right, qk_scale,
-                   rng_seed_bh, rng_offset, rng_stride, dropout_p,
-                   False, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
-                   BLOCK_N, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
-    dq = _dq_inner(dq, q, do, lse, delta, K_head, V_head, stride_ks, stride_vs, offs_m,
-                   full_hi, hi, seqlen_k, diff, window_left, window_right, qk_scale,
-                   rng_seed_bh, rng_offset, rng_stride, dropout_p,
-                   True, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
-                   BLOCK_N, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
+    # As in forward: the key blocks of the band in three stages, only the edges masked.
+    for stage in tl.static_range(LEADING_EDGE, TRAILING_EDGE + 1):
+        dq = _dq_stage(dq, q, do, lse, delta, K_head, V_head, stride_ks, stride_vs, offs_m,
+                       lo, full_lo, full_hi, hi, seqlen_k, diff, window_left, window_right, qk_scale,
+                       rng_seed_bh, rng_offset, rng_stride, dropout_p,
+                       stage, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
+                       BLOCK_N, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
     dq = dq * sm_scale
     DQ_head = DQ + slice_offset(b, q_start, h, stride_dqb, stride_dqs, stride_dqh)
     tl.store(DQ_head + offs_m[:, None] * stride_dqs + offs_dqk[None, :],

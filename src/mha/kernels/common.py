@@ -18,71 +18,99 @@ def dropout_keep(rng_seed, rng_base, rows, cols, rng_stride, dropout_p):
 
 
 @triton.jit
-def visible(rows, cols, diff, window_left, window_right,
+def visible(rows, cols, in_range, diff, window_left, window_right,
             BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr):
-    """Whether key `cols` is visible to query `rows` (bottom-right aligned: diff = Sk - Sq).
+    """The one masking rule: whether key `cols` is visible to query `rows` and in range.
 
-    Visible iff row + diff - left <= col <= row + diff + right, each side only when bounded;
-    causal is right = 0. Bounds on the sequence lengths are the caller's.
+    Bottom-right aligned (diff = Sk - Sq): visible iff row + diff - left <= col <= row + diff + right,
+    each side only when bounded; causal is right = 0 (as mha.reference.visibility). `in_range` is
+    the sequence-length bound of the dimension the caller loops over; the other dimension's
+    out-of-range elements are never stored, so they need no mask. The sink is not a key: it
+    enters the forward's softmax as its initial state.
+
+    `cols >= 0` is always true; it starts the mask so that the mask ops keep the order the stored
+    code objects were compiled from (reordering them moved register allocation and spills).
     """
     ok = cols >= 0
     if BOUND_LEFT:
         ok = ok & (cols >= rows + diff - window_left)
     if BOUND_RIGHT:
         ok = ok & (cols <= rows + diff + window_right)
-    return ok
+    return ok & in_range
+
+
+# The stages of a tile's loop over partner blocks (keys for a query tile, queries for a key
+# tile), in this order, over the spans band_ranges returns. Only the edges pay for the mask.
+LEADING_EDGE = tl.constexpr(1)   # [lo, full_lo): the band's far edge, partially visible: masked
+FULL = tl.constexpr(2)           # [full_lo, full_hi): every pair visible and in range: unmasked
+TRAILING_EDGE = tl.constexpr(3)  # [full_hi, hi): the near edge (causal diagonal) and the ragged tail: masked
+
+
+@triton.jit
+def band_ranges(first, last, length, offset, before, after,
+                BLOCK: tl.constexpr, BOUND_BEFORE: tl.constexpr, BOUND_AFTER: tl.constexpr):
+    """Split the partners seen by tile indices [first, last] into the three stages.
+
+    Index i sees partner j iff i + offset - before <= j <= i + offset + after (each side only when
+    bounded) and 0 <= j < length. For a query tile over keys: (diff, left, right); for a key tile
+    over queries, the transpose: (-diff, right, left), see query_ranges.
+
+    Returns (lo, full_lo, full_hi, hi): blocks in [lo, full_lo) and [full_hi, hi) need the mask,
+    blocks in [full_lo, full_hi) are seen by every index and in range, so they run unmasked.
+    lo, full_lo and full_hi are multiples of BLOCK (or equal to hi). Without BOUND_BEFORE,
+    lo = full_lo = 0: the leading edge is empty at run time.
+    """
+    lo = 0
+    hi = length
+    full_lo = 0
+    full_hi = length
+    if BOUND_BEFORE:
+        lo = tl.maximum(first + offset - before, 0)
+        full_lo = tl.maximum(last + offset - before, 0)
+    if BOUND_AFTER:
+        hi = tl.minimum(last + offset + after + 1, length)
+        full_hi = tl.minimum(first + offset + after + 1, length)
+    lo = tl.minimum(lo, length)
+    hi = tl.maximum(hi, lo)
+    lo = (lo // BLOCK) * BLOCK
+    full_lo = tl.minimum(tl.maximum(((full_lo + BLOCK - 1) // BLOCK) * BLOCK, lo), hi)
+    full_hi = tl.minimum(tl.maximum((tl.maximum(full_hi, 0) // BLOCK) * BLOCK, full_lo), hi)
+    return lo, full_lo, full_hi, hi
 
 
 @triton.jit
 def key_ranges(row_first, row_last, seqlen_k, diff, window_left, window_right,
                BLOCK_N: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr):
-    """Split the keys seen by query rows [row_first, row_last] into three stages.
-
-    Returns (lo, full_lo, full_hi, hi): blocks in [lo, full_lo) and [full_hi, hi) need the mask,
-    blocks in [full_lo, full_hi) are visible to every row and in range, so they run unmasked.
-    lo, full_lo and full_hi are multiples of BLOCK_N (or equal to hi).
-    """
-    lo = 0
-    hi = seqlen_k
-    full_lo = 0
-    full_hi = seqlen_k
-    if BOUND_LEFT:
-        lo = tl.maximum(row_first + diff - window_left, 0)
-        full_lo = tl.maximum(row_last + diff - window_left, 0)
-    if BOUND_RIGHT:
-        hi = tl.minimum(row_last + diff + window_right + 1, seqlen_k)
-        full_hi = tl.minimum(row_first + diff + window_right + 1, seqlen_k)
-    lo = tl.minimum(lo, seqlen_k)
-    hi = tl.maximum(hi, lo)
-    lo = (lo // BLOCK_N) * BLOCK_N
-    full_lo = tl.minimum(tl.maximum(((full_lo + BLOCK_N - 1) // BLOCK_N) * BLOCK_N, lo), hi)
-    full_hi = tl.minimum(tl.maximum((tl.maximum(full_hi, 0) // BLOCK_N) * BLOCK_N, full_lo), hi)
-    return lo, full_lo, full_hi, hi
+    """Stages of the keys seen by query rows [row_first, row_last] (see band_ranges)."""
+    return band_ranges(row_first, row_last, seqlen_k, diff, window_left, window_right,
+                       BLOCK_N, BOUND_LEFT, BOUND_RIGHT)
 
 
 @triton.jit
 def query_ranges(col_first, col_last, seqlen_q, diff, window_left, window_right,
                  BLOCK_M: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr):
-    """The transpose of key_ranges: query rows that see keys [col_first, col_last].
+    """The transpose of key_ranges: stages of the query rows that see keys [col_first, col_last].
 
-    row sees col iff col - diff - right <= row <= col - diff + left (each side when bounded).
+    row sees col iff col - diff - right <= row <= col - diff + left: the band with offset -diff,
+    right before and left after.
     """
-    lo = 0
-    hi = seqlen_q
-    full_lo = 0
-    full_hi = seqlen_q
-    if BOUND_RIGHT:
-        lo = tl.maximum(col_first - diff - window_right, 0)
-        full_lo = tl.maximum(col_last - diff - window_right, 0)
-    if BOUND_LEFT:
-        hi = tl.minimum(col_last - diff + window_left + 1, seqlen_q)
-        full_hi = tl.minimum(col_first - diff + window_left + 1, seqlen_q)
-    lo = tl.minimum(lo, seqlen_q)
-    hi = tl.maximum(hi, lo)
-    lo = (lo // BLOCK_M) * BLOCK_M
-    full_lo = tl.minimum(tl.maximum(((full_lo + BLOCK_M - 1) // BLOCK_M) * BLOCK_M, lo), hi)
-    full_hi = tl.minimum(tl.maximum((tl.maximum(full_hi, 0) // BLOCK_M) * BLOCK_M, full_lo), hi)
-    return lo, full_lo, full_hi, hi
+    return band_ranges(col_first, col_last, seqlen_q, -diff, window_right, window_left,
+                       BLOCK_M, BOUND_RIGHT, BOUND_LEFT)
+
+
+@triton.jit
+def stage_span(lo, full_lo, full_hi, hi, STAGE: tl.constexpr):
+    """[start, end) of stage STAGE among the ranges band_ranges returns."""
+    if STAGE == LEADING_EDGE:
+        start = lo
+        end = full_lo
+    elif STAGE == FULL:
+        start = full_lo
+        end = full_hi
+    else:
+        start = full_hi
+        end = hi
+    return start, end
 
 
 @triton.jit

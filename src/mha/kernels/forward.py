@@ -2,19 +2,22 @@
 import triton
 import triton.language as tl
 
-from .common import LN2, LOG2E, dropout_keep, key_ranges, sequence_bounds, slice_offset, visible
+from .common import (FULL, LEADING_EDGE, LN2, LOG2E, TRAILING_EDGE, dropout_keep, key_ranges, sequence_bounds,
+                     slice_offset, stage_span, visible)
 
 
 @triton.jit
-def _fwd_inner(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs,
-               offs_m, start, end, seqlen_k, diff, window_left, window_right, qk_scale,
+def _fwd_stage(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs,
+               offs_m, lo, full_lo, full_hi, hi, seqlen_k, diff, window_left, window_right, qk_scale,
                rng_seed, rng_base, rng_stride, dropout_p,
-               MASKED: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
+               STAGE: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
                HAS_DROPOUT: tl.constexpr, HEAD_DQK: tl.constexpr, HEAD_DV: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
                DOT_PRECISION: tl.constexpr):
-    """One pass over key blocks [start, end). MASKED stages apply the visibility/length mask;
-    unmasked stages are only given blocks every row of the tile sees in full."""
+    """Stage STAGE of a query tile's loop over key blocks (common.stage_span). The edge stages
+    apply the visibility/length mask; FULL is only given blocks every row of the tile sees in full."""
+    start, end = stage_span(lo, full_lo, full_hi, hi, STAGE)
+    MASKED: tl.constexpr = STAGE != FULL
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_dqk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
@@ -34,8 +37,8 @@ def _fwd_inner(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs,
             kt = tl.load(kt_ptrs)
         s = tl.dot(q, kt, input_precision=DOT_PRECISION) * qk_scale
         if MASKED:
-            mask = visible(offs_m[:, None], offs_n[None, :], diff, window_left, window_right,
-                           BOUND_LEFT, BOUND_RIGHT) & (offs_n[None, :] < seqlen_k)
+            mask = visible(offs_m[:, None], offs_n[None, :], offs_n[None, :] < seqlen_k,
+                           diff, window_left, window_right, BOUND_LEFT, BOUND_RIGHT)
             s = tl.where(mask, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         if MASKED:
@@ -114,22 +117,13 @@ def attn_fwd(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
     lo, full_lo, full_hi, hi = key_ranges(m0, row_last, seqlen_k, diff, window_left, window_right,
                                           BLOCK_N, BOUND_LEFT, BOUND_RIGHT)
     # Left edge of a window (masked), the fully visible middle (unmasked), the diagonal/right
-    # edge and the ragged tail (masked): one inner loop, three stages.
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs, offs_m,
-                               lo, full_lo, seqlen_k, diff, window_left, window_right, qk_scale,
-                               rng_seed_bh, rng_offset, rng_stride, dropout_p,
-                               True, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
-                               BLOCK_N, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs, offs_m,
-                               full_lo, full_hi, seqlen_k, diff, window_left, window_right, qk_scale,
-                               rng_seed_bh, rng_offset, rng_stride, dropout_p,
-                               False, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
-                               BLOCK_N, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs, offs_m,
-                               full_hi, hi, seqlen_k, diff, window_left, window_right, qk_scale,
-                               rng_seed_bh, rng_offset, rng_stride, dropout_p,
-                               True, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
-                               BLOCK_N, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
+    # edge and the ragged tail (masked): one stage function, unrolled over the three stages.
+    for stage in tl.static_range(LEADING_EDGE, TRAILING_EDGE + 1):
+        acc, l_i, m_i = _fwd_stage(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs, offs_m,
+                                   lo, full_lo, full_hi, hi, seqlen_k, diff, window_left, window_right, qk_scale,
+                                   rng_seed_bh, rng_offset, rng_stride, dropout_p,
+                                   stage, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
+                                   BLOCK_N, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
     if HAS_DROPOUT:
         acc = acc * (1.0 / (1.0 - dropout_p))
     # Rows that saw no key (and no sink) have l = 0: output 0, lse -inf.
