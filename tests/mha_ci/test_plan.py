@@ -190,8 +190,8 @@ def test_ci_all_adds_everything(repo_root, capsys, tmp_path):
     assert _pairs(result) == _everything_but_refresh()
 
 
-def test_unknown_changed_files_count_as_every_path(repo_root, capsys):
-    result = _plan(repo_root, capsys)
+def test_all_counts_every_path_as_changed(repo_root, capsys):
+    result = _plan(repo_root, capsys, "--all")
     assert _pairs(result) == _everything_but_refresh()
     assert "changed files unknown" in _planned(result)["perf-sm90-triton-3.4"]
 

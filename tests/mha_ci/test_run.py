@@ -199,3 +199,36 @@ def test_summary_warns_when_shards_collected_different_test_lists():
     differ = summary.render({"jobs": [shard(1, "aa"), shard(2, "bb")]})
     assert "collected different test lists" not in same
     assert "the shards of `correctness-sm90-triton-3.8` collected different test lists" in differ
+
+
+def test_without_a_list_the_changed_paths_come_from_git(pipeline_root, fake, monkeypatch, capsys):
+    """A docs-only branch runs only the documentation archs; `--all` runs the full pipeline
+    (mha_ci.plan.local_changes; its own tests cover every fallback)."""
+    import subprocess
+
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(pipeline_root / "no-gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for name, value in (("NAME", "t"), ("EMAIL", "t@example.invalid")):
+        monkeypatch.setenv(f"GIT_AUTHOR_{name}", value)
+        monkeypatch.setenv(f"GIT_COMMITTER_{name}", value)
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(pipeline_root), *args], check=True, capture_output=True)
+
+    (pipeline_root / ".gitignore").write_text("/out/\n/no-gitconfig\n")
+    git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("commit", "-q", "-m", "base")
+    git("switch", "-q", "-c", "docs-edit")
+    (pipeline_root / "docs").mkdir()
+    (pipeline_root / "docs" / "guide.md").write_text("words\n")
+
+    code, results, _ = _run(pipeline_root, "--event", "pull_request")
+    assert code == 0
+    assert {j["job_id"] for j in results["jobs"]} == {INTERP_1, INTERP_2, INTERP_1.replace("3.4", "3.8"),
+                                                      INTERP_2.replace("3.4", "3.8")}
+    assert "mha-ci: changed files: 1 against main" in capsys.readouterr().err
+
+    code, results, _ = _run(pipeline_root, "--event", "pull_request", "--all")
+    assert code == 0 and any(j["job_id"].startswith("checksums-") for j in results["jobs"])
+    assert "(--all)" in capsys.readouterr().err
