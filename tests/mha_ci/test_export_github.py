@@ -221,3 +221,27 @@ def test_nightly_golden_vs_top_of_tree_is_interleaved_and_report_only(generated)
     assert '--subset full --toolchain "$GOLDEN" --interleave "$TOP" --executor docker' in step["run"]
     # regressions between toolchains are the study's findings; usage/environment errors fail it
     assert 'if [ "$code" -gt 1 ]; then exit "$code"; fi' in step["run"]
+
+
+def test_cpu_jobs_cache_toolchain_envs_and_compile_cache_apart(generated):
+    """A kernel change (src/mha/**) changes only the compile cache's key: the toolchain env, keyed
+    by its lock file alone, is restored as it was; GPU jobs run in images and cache nothing."""
+    for name in ("pr.yml", "main.yml"):
+        jobs = workflows(generated)[name]["jobs"]
+        steps = {step["name"]: step for step in jobs["cpu"]["steps"]}
+        venvs, compiled = steps["Toolchain environment cache"], steps["Compile cache"]
+        assert venvs["uses"] == compiled["uses"] == github.CACHE
+        assert venvs["with"]["path"] == ".cache/mha-ci/venvs" and "restore-keys" not in venvs["with"]
+        lock = "hashFiles(format('containers/{0}/requirements.lock', matrix.toolchain))"
+        assert lock in venvs["with"]["key"] and "src/mha" not in venvs["with"]["key"]
+        assert "matrix.toolchain" in venvs["with"]["key"] and "steps.python.outputs.python-version" in venvs["with"]["key"]
+        assert steps["Set up Python"]["id"] == "python"
+        assert compiled["if"] == "matrix.kind == 'checksums'"
+        assert compiled["with"]["path"] == ".cache/mha-ci/checksums"
+        key = compiled["with"]["key"]
+        assert lock in key and key.endswith("${{ hashFiles('src/mha/**') }}")
+        restore = compiled["with"]["restore-keys"].splitlines()
+        assert restore[0] == key.removesuffix("${{ hashFiles('src/mha/**') }}") and key.startswith(restore[1])
+        names = [step["name"] for step in jobs["cpu"]["steps"]]
+        assert names.index("Compile cache") < names.index("Run")
+        assert not any(step.get("uses", "").startswith("actions/cache@") for step in jobs["gpu"]["steps"])
