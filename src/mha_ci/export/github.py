@@ -99,15 +99,19 @@ def _setup_python(step_id: str | None = None) -> dict:
 
 def _cache_steps() -> list[dict]:
     """The CPU job's toolchain envs and compile cache (see the module docstring for the keys)."""
-    lock = "hashFiles(format('containers/{0}/requirements.lock', matrix.toolchain))"
-    venvs = f"mha-ci-venvs-${{{{ runner.os }}}}-py${{{{ steps.python.outputs.python-version }}}}-${{{{ matrix.toolchain }}}}-${{{{ {lock} }}}}"
-    compile_prefix = f"mha-ci-compile-${{{{ runner.os }}}}-${{{{ matrix.toolchain }}}}-"
-    compile_lock = f"{compile_prefix}${{{{ {lock} }}}}-"
+    def expr(text: str) -> str:
+        return "${{ " + text + " }}"
+
+    lock = expr("hashFiles(format('containers/{0}/requirements.lock', matrix.toolchain))")
+    toolchain = f"{expr('runner.os')}-{expr('matrix.toolchain')}"
+    venvs = f"mha-ci-venvs-{toolchain}-py{expr('steps.python.outputs.python-version')}-{lock}"
+    compile_prefix = f"mha-ci-compile-{toolchain}-"
+    compile_lock = f"{compile_prefix}{lock}-"
     return [
         {"name": "Toolchain environment cache", "uses": CACHE,
          "with": {"path": ".cache/mha-ci/venvs", "key": venvs}},
         {"name": "Compile cache", "if": "matrix.kind == 'checksums'", "uses": CACHE,
-         "with": {"path": ".cache/mha-ci/checksums", "key": compile_lock + "${{ hashFiles('src/mha/**') }}",
+         "with": {"path": ".cache/mha-ci/checksums", "key": compile_lock + expr("hashFiles('src/mha/**')"),
                   "restore-keys": f"{compile_lock}\n{compile_prefix}\n"}},
     ]
 
