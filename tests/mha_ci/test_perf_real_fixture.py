@@ -1,4 +1,4 @@
-"""The statistics on real per-dispatch timings from the H200 (docs/perf-study/h200/run1.sh,
+"""The statistics on real per-dispatch timings from the H200 (run1.sh in docs/perf-study/h200/README.md,
 Triton 3.6.0, run perf-3.6-full-b; four shapes kept): recomputing from the raw dispatches must
 give the numbers the payload reported there, and the stall it saw must be flagged."""
 import json

@@ -57,7 +57,7 @@ def test_not_a_git_checkout_counts_every_path(tmp_path):
 def test_no_default_branch_counts_every_path(tmp_path):
     repo = make_repo(tmp_path / "repo", branch="trunk")
     git(repo, "switch", "-q", "-c", "feature")
-    write(repo, "docs/a.md")
+    write(repo, "notes/a.md")
     commit_all(repo, "docs")
     changes = local_changes(repo)
     assert changes.paths is None and "no default branch" in changes.note
@@ -82,7 +82,7 @@ def test_new_branch_without_changes_counts_every_path(tmp_path):
 def test_unrelated_history_counts_every_path(tmp_path):
     repo = make_repo(tmp_path / "repo")
     git(repo, "switch", "-q", "--orphan", "other")
-    write(repo, "docs/a.md")
+    write(repo, "notes/a.md")
     commit_all(repo, "unrelated")
     changes = local_changes(repo)
     assert changes.paths is None and "no merge base" in changes.note
@@ -91,46 +91,46 @@ def test_unrelated_history_counts_every_path(tmp_path):
 def test_commits_staged_unstaged_and_untracked_all_count(tmp_path):
     repo = make_repo(tmp_path / "repo")
     git(repo, "switch", "-q", "-c", "feature")
-    write(repo, "docs/committed.md")
+    write(repo, "notes/committed.md")
     commit_all(repo, "docs")
-    write(repo, "docs/staged.md")
-    git(repo, "add", "docs/staged.md")
+    write(repo, "notes/staged.md")
+    git(repo, "add", "notes/staged.md")
     write(repo, "src/mha/kernel.py", "edited\n")          # unstaged
     write(repo, "tests/untracked.py")
     write(repo, "out/ignored.txt")                        # .gitignore hides it
-    write(repo, "docs/café.md")                           # non-ASCII names arrive unquoted
+    write(repo, "notes/café.md")                           # non-ASCII names arrive unquoted
     changes = local_changes(repo)
-    assert set(changes.paths) == {"docs/committed.md", "docs/staged.md", "src/mha/kernel.py",
-                                  "tests/untracked.py", "docs/café.md"}
+    assert set(changes.paths) == {"notes/committed.md", "notes/staged.md", "src/mha/kernel.py",
+                                  "tests/untracked.py", "notes/café.md"}
     assert changes.note.startswith(f"changed files: {len(changes.paths)} against main (merge base ")
 
 
 def test_changes_on_the_default_branch_itself_count(tmp_path):
     """On main with an uncommitted edit there is something to compare: just that edit."""
     repo = make_repo(tmp_path / "repo")
-    write(repo, "docs/a.md")
-    assert local_changes(repo).paths == ("docs/a.md",)
+    write(repo, "notes/a.md")
+    assert local_changes(repo).paths == ("notes/a.md",)
 
 
 def test_a_rename_counts_both_paths(tmp_path):
     repo = make_repo(tmp_path / "repo")
     git(repo, "switch", "-q", "-c", "feature")
-    (repo / "docs").mkdir()
-    git(repo, "mv", "src/mha/kernel.py", "docs/kernel.py")
+    (repo / "notes").mkdir()
+    git(repo, "mv", "src/mha/kernel.py", "notes/kernel.py")
     commit_all(repo, "move")
-    assert set(local_changes(repo).paths) == {"src/mha/kernel.py", "docs/kernel.py"}
+    assert set(local_changes(repo).paths) == {"src/mha/kernel.py", "notes/kernel.py"}
 
 
 def test_commits_on_the_default_branch_after_the_fork_do_not_count(tmp_path):
     repo = make_repo(tmp_path / "repo")
     git(repo, "switch", "-q", "-c", "feature")
-    write(repo, "docs/mine.md")
+    write(repo, "notes/mine.md")
     commit_all(repo, "mine")
     git(repo, "switch", "-q", "main")
     write(repo, "src/mha/theirs.py")
     commit_all(repo, "theirs")
     git(repo, "switch", "-q", "feature")
-    assert local_changes(repo).paths == ("docs/mine.md",)
+    assert local_changes(repo).paths == ("notes/mine.md",)
 
 
 def test_origin_head_names_the_default_branch(tmp_path):
@@ -153,11 +153,11 @@ def test_paths_are_relative_to_a_root_below_the_top_level(tmp_path):
     write(repo, "project/src/mha/x.py")
     commit_all(repo, "project")
     git(repo, "switch", "-q", "-c", "feature")
-    write(repo, "project/docs/a.md")
+    write(repo, "project/notes/a.md")
     write(repo, "elsewhere.md")
     commit_all(repo, "docs")
-    write(repo, "project/docs/untracked.md")
-    assert set(local_changes(repo / "project").paths) == {"docs/a.md", "docs/untracked.md"}
+    write(repo, "project/notes/untracked.md")
+    assert set(local_changes(repo / "project").paths) == {"notes/a.md", "notes/untracked.md"}
 
 
 # -- through the command line -----------------------------------------------------------------
@@ -190,7 +190,7 @@ def test_plan_on_clean_main_runs_the_full_pull_request_pipeline(checkout, capsys
 
 def test_plan_of_a_docs_only_branch_keeps_only_the_documentation_archs(checkout, capsys):
     git(checkout, "switch", "-q", "-c", "docs-edit")
-    write(checkout, "docs/guide.md")
+    write(checkout, "docs/x.md")
     commit_all(checkout, "docs")
     result, err = plan_json(checkout, capsys)
     assert kinds_archs(result) == {("correctness", "interpreter")}
@@ -210,7 +210,7 @@ def test_plan_of_a_kernel_edit_adds_checksums_and_the_text_says_the_base(checkou
 
 def test_changed_files_and_all_exclude_each_other(checkout, tmp_path, capsys):
     listing = tmp_path / "changed.txt"
-    listing.write_text("docs/a.md\n")
+    listing.write_text("docs/notes.md\n")
     with pytest.raises(SystemExit) as exit_:
         main(["--root", str(checkout), "plan", "--all", "--changed-files", str(listing)])
     assert exit_.value.code == 2
@@ -220,7 +220,7 @@ def test_changed_files_and_all_exclude_each_other(checkout, tmp_path, capsys):
 def test_an_event_payload_without_a_list_does_not_read_git(checkout, capsys, repo_root):
     """CI's push and manual runs pass the payload alone: every path changed, whatever git says."""
     git(checkout, "switch", "-q", "-c", "docs-edit")
-    write(checkout, "docs/guide.md")
+    write(checkout, "docs/x.md")
     commit_all(checkout, "docs")
     payload = repo_root / "tests" / "mha_ci" / "events" / "pull_request_synchronize.json"
     result, err = plan_json(checkout, capsys, "--github-event", str(payload))
