@@ -12,7 +12,7 @@ Four workflows; pr.yml and main.yml share one planning pattern:
 - nightly.yml: one refresh job per arch jobs.yaml gives the `refresh` kind; each re-measures its
   arch and opens a pull request with the new baselines (mha_ci.refresh).
 
-Safe by construction (tests/mha_ci/test_export_github.py checks each point on the output):
+Safe by construction (tests/mha_ci/export/test_github.py checks each point on the output):
 - workflow-wide `permissions: contents: read`; only the nightly refresh jobs get contents: write
   and pull-requests: write, in the job, because they push a branch and open a pull request;
 - `pull_request`, never `pull_request_target` (fork code never runs with the base repo's token);

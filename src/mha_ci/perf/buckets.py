@@ -3,7 +3,7 @@
 The rule's home is `mha.config.select_bucket`. It cannot be imported here: importing
 `mha.config` runs `mha/__init__.py`, which imports torch and triton, and the orchestrating
 side must run without them (docs/architecture.md, Data flow). So the rule is mirrored, and
-tests/mha_ci/test_perf_workloads.py loads src/mha/config.py on its own (without the package's
+tests/mha_ci/perf/test_workloads.py loads src/mha/config.py on its own (without the package's
 __init__) and checks that both agree on every workload shape and on a grid around each
 boundary. In the payload the kernel's own answer is recorded too (`kernel_bucket`), so a
 measurement run after the rule changed says so instead of being filed under a stale bucket.
