@@ -169,6 +169,7 @@ def _host_checkout(tmp_path: Path, source: str) -> Path:
     return root
 
 
+@pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 def test_a_shard_whose_test_process_dies_is_a_failure(tmp_path):
     import io
 
@@ -184,6 +185,7 @@ def test_a_shard_whose_test_process_dies_is_a_failure(tmp_path):
     assert not (tmp_path / "out" / "junit" / "correctness-interpreter-host-1of1.xml").exists()
 
 
+@pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 def test_host_toolchain_shard_runs_and_reports_versions(tmp_path):
     import io
 
@@ -204,6 +206,7 @@ def test_host_toolchain_shard_runs_and_reports_versions(tmp_path):
     assert sorted(ran) == [f"tests/mha/test_host.py::test_i[{i}]" for i in range(5)]
 
 
+@pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 @pytest.mark.parametrize("patterns, expect", [("*test_i[[]1[]]", 1), ("*test_i[[]1[]],*test_i[[]3[]]", 2)])
 def test_a_selection_runs_only_the_matching_tests_and_says_so(tmp_path, monkeypatch, patterns, expect):
     import io

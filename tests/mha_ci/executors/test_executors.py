@@ -82,6 +82,7 @@ def test_host_toolchain_only_records(tmp_path):
     assert '"pytest":' in stream.getvalue()
 
 
+@pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 def test_timeout_kills_the_payload_and_says_so(tmp_path):
     root = _checkout(tmp_path, "import time\n\ndef test_hangs():\n    time.sleep(60)\n")
     out = tmp_path / "out"

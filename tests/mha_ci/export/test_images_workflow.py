@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from mha_ci.cli import main as cli
@@ -41,6 +42,7 @@ def run_bash(script: str, root: Path, repository: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 def test_plan_job_and_image_build_compute_the_same_references(pipeline_root, tmp_path):
     assert cli(["--root", str(pipeline_root), "export", "github"]) == 0
     flows = {p.name: load(p) for p in (pipeline_root / ".github/workflows").glob("*.yml")}

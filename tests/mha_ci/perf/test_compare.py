@@ -119,6 +119,7 @@ def test_json_contract():
     assert {s["key"]: s["delta_pct"] for s in data["shapes"]} == {A: pytest.approx(10.0), B: 0.0}
 
 
+@pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 def test_cli_exit_codes(tmp_path, repo_root, capsys):
     base = write(tmp_path / "base.json", doc([entry(A, 100.0), entry(B, 1000.0)]))
     same = write(tmp_path / "same.json", doc([entry(A, 101.0), entry(B, 999.0)]))

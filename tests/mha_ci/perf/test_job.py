@@ -53,6 +53,7 @@ def _baseline(root, keys_us):
                                    versions={"torch": "2.13.0", "triton": "3.4.0"})))
 
 
+@pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 def test_perf_job_passes_fails_and_reports(checkout, tmp_path, monkeypatch):
     monkeypatch.setenv("MHA_CI_PERF_SUBSET", "pr")
     pipeline = load_pipeline(checkout)
@@ -154,6 +155,7 @@ def test_lockstep_failure_of_one_side_stops_the_other(checkout, tmp_path):
         perf_job.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, "lock")
 
 
+@pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 def test_repeat_runs_separate_processes_and_combines_them(checkout, tmp_path, monkeypatch):
     pipeline = load_pipeline(checkout)
     keys = [w.key for w in perf_job.selected_workloads(checkout, "pr")[1]]

@@ -149,6 +149,7 @@ def test_two_payload_processes_interleave_per_shape_on_cpu(tmp_path, torch_pytho
                                                   "role": role, "broken": None}
 
 
+@pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 def test_a_partner_killed_without_a_word_is_noticed_by_its_pid(tmp_path):
     folder = lockstep.prepare(tmp_path / "lock")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
