@@ -14,7 +14,7 @@ export TRITON_HIP_LLD_PATH ?= $(LLD)
 # Toolchain environments, compile caches and image build contexts live here (CI may cache it).
 export MHA_CI_CACHE ?= $(CURDIR)/.cache/mha-ci
 
-.PHONY: setup system-deps docker-setup ci lint test test-fast test-runner test-docker test-cuda-images validate plan checksums perf containers containers-cuda nightly export durations clean
+.PHONY: setup system-deps docker-setup ci ci-all lint test test-fast test-runner test-docker test-cuda-images validate plan checksums perf containers containers-cuda nightly export durations clean
 
 $(STAMP): requirements-dev.lock pyproject.toml
 	rm -rf $(VENV)
@@ -43,10 +43,17 @@ validate: $(STAMP)
 plan: $(STAMP)
 	$(MHA_CI) plan $(PLAN_ARGS)
 
-# The pull-request pipeline, locally, on the default venv executor. Changed files unknown,
-# so every path rule fires; jobs that need a GPU are listed as not run, with the reason.
+# The pull-request pipeline, locally, on the default venv executor, for the changes git shows
+# against the default branch (commits since the merge base, staged, unstaged, untracked): a
+# docs-only change plans almost nothing. With nothing to compare against (a clean clone of main,
+# not a git checkout) every path counts as changed. CI_ARGS=--all always runs everything.
+# Jobs that need a GPU are listed as not run, with the reason.
 ci: setup
-	$(MHA_CI) run --event pull_request --out $(OUT)/ci
+	$(MHA_CI) run --event pull_request --out $(OUT)/ci $(CI_ARGS)
+
+# `make ci` with every path changed, whatever git shows: the step of `make test`.
+ci-all: setup
+	$(MHA_CI) run --event pull_request --out $(OUT)/ci --all
 
 # ruff check over src/ and tests/, then mypy over src/mha_ci (both configured in pyproject.toml).
 # Check only, no autoformat.
@@ -74,8 +81,8 @@ test-cuda-images: setup containers-cuda
 
 # Every test: lint first (seconds), then the runner's own, the docker ones, then the kernel tests
 # of tests/mha in both pinned toolchains through the pull-request pipeline (interpreter
-# correctness + checksums).
-test: lint test-runner test-docker ci
+# correctness + checksums), always the full pipeline (--all), never narrowed by git.
+test: lint test-runner test-docker ci-all
 
 checksums: setup
 	$(MHA_CI) checksums verify --out $(OUT)/checksums
@@ -99,8 +106,8 @@ export: $(STAMP)
 
 # Re-record per-test durations of the interpreter shards (sharding input) from a real run.
 durations: setup
-	$(MHA_CI) run --event pull_request --out $(OUT)/durations \
-	  $(foreach j,$(shell $(MHA_CI) plan --format json | $(BIN)/python -c 'import json,sys; print(" ".join(j["id"] for j in json.load(sys.stdin)["jobs"] if j["kind"]=="correctness" and j["arch"]=="interpreter"))'),--job $(j))
+	$(MHA_CI) run --event pull_request --all --out $(OUT)/durations \
+	  $(foreach j,$(shell $(MHA_CI) plan --all --format json | $(BIN)/python -c 'import json,sys; print(" ".join(j["id"] for j in json.load(sys.stdin)["jobs"] if j["kind"]=="correctness" and j["arch"]=="interpreter"))'),--job $(j))
 	cp $(OUT)/durations/test_durations/interpreter.json perf_baselines/test_durations/
 
 clean:

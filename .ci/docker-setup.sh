@@ -23,7 +23,7 @@ install_packages() {
     command -v debootstrap >/dev/null || missing+=(debootstrap)
     # lld-19: Triton 3.4's AMD linking in the host (venv) checksums job (docs/facts.md)
     command -v ld.lld-19 >/dev/null || missing+=(lld-19)
-    # docker-registry: a local registry for the publish/pull tests (tests/mha_ci/test_registry.py)
+    # docker-registry: a local registry for the publish/pull tests (tests/mha_ci/containers/test_registry.py)
     command -v docker-registry >/dev/null || missing+=(docker-registry)
     if ((${#missing[@]})); then
         apt-get update -qq

@@ -3,15 +3,9 @@
 TRITON_INTERPRET must be set before triton is first imported, so this runs at conftest import.
 """
 import os
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-
-_SRC = Path(__file__).resolve().parents[2] / "src"
-if str(_SRC) not in sys.path:
-    sys.path.insert(0, str(_SRC))
 
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:

@@ -1,6 +1,7 @@
 """Fixtures shared by the tests of the runner (tests/mha_ci). Keep them small and general."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -27,3 +28,18 @@ def pipeline_root(tmp_path: Path) -> Path:
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy2(lock, target / lock.name)
     return tmp_path
+
+
+@pytest.fixture
+def torch_python() -> str:
+    """A Python with torch: $MHA_CI_TEST_TORCH_PYTHON, else the golden toolchain's venv (built or
+    reused through the venv executor, as `mha-ci run` would)."""
+    candidate = os.environ.get("MHA_CI_TEST_TORCH_PYTHON")
+    if candidate:
+        return candidate
+    from mha_ci.executors.venv import VenvExecutor
+    from mha_ci.model.loader import load_pipeline
+
+    pipeline = load_pipeline(REPO_ROOT)
+    env = VenvExecutor(REPO_ROOT).ensure_env(pipeline.toolchains["triton-3.4"])
+    return str(env / "bin" / "python")

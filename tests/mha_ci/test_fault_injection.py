@@ -18,7 +18,6 @@ import pytest
 from mha_ci.cli import main
 from mha_ci.errors import ExitCode
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "perf"))
 from perf_builders import doc, entry  # noqa: E402
 
 A = "dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1"

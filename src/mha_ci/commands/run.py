@@ -1,9 +1,10 @@
 """mha-ci run: validate, plan, pick the jobs, run them through an executor, report.
 
     mha-ci run [--job ID ...] [--executor venv|docker|host] [--out DIR]
-               [--labels a,b] [--changed-files FILE] [--github-event FILE] [--event KIND]
+               [--labels a,b] [--changed-files FILE | --all] [--github-event FILE] [--event KIND]
 
-Without --job, the event's plan runs (the same event options as `mha-ci plan`). With --job,
+Without --job, the event's plan runs (the same event options as `mha-ci plan`; without
+--changed-files, --all or --github-event the changed paths come from git, mha_ci.plan.local_changes). With --job,
 exactly the named jobs run, planned for this event or not (any job of the full matrix); an id
 that does not exist is a usage error (exit 2) naming the closest one.
 
@@ -17,6 +18,7 @@ import os
 import sys
 from pathlib import Path
 
+from mha_ci.commands.plan import add_changed_options
 from mha_ci.errors import ConfigError
 from mha_ci.executors import make_executor
 from mha_ci.executors.devices import available_devices
@@ -41,15 +43,15 @@ def register(sub) -> None:
                         "repeatable): a narrowed local check; every verdict names the selection")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: <root>/out)")
     p.add_argument("--labels", help="comma-separated pull-request labels")
-    p.add_argument("--changed-files", type=Path, help="file listing changed paths, one a line")
+    add_changed_options(p)
     p.add_argument("--github-event", type=Path, help="GitHub event payload JSON ($GITHUB_EVENT_PATH)")
     p.add_argument("--event", help="event kind: pull_request | push | schedule | manual")
     p.set_defaults(handler=handle)
 
 
 def handle(args) -> int:
+    from mha_ci.commands.plan import event_from_args
     from mha_ci.model.loader import load_pipeline
-    from mha_ci.plan.events import build_event
     from mha_ci.plan.policy import plan
 
     check_pins_option(args)
@@ -57,8 +59,9 @@ def handle(args) -> int:
         from mha_ci.jobs.correctness.job import SELECT_ENV
         os.environ[SELECT_ENV] = ",".join(args.select)
     pipeline = load_pipeline(args.root)
-    event = build_event(kind=args.event, github_event=args.github_event, changed_files=args.changed_files,
-                        labels=args.labels)
+    event, note = event_from_args(args)
+    if note:
+        print(f"mha-ci: {note}", file=sys.stderr)
     the_plan = plan(pipeline, event)
     jobs = select_jobs(pipeline, the_plan, args.jobs)
     runnable, not_run = split_by_device(pipeline, jobs, available_devices(), requested=bool(args.jobs))

@@ -12,7 +12,7 @@ Four workflows; pr.yml and main.yml share one planning pattern:
 - nightly.yml: one refresh job per arch jobs.yaml gives the `refresh` kind; each re-measures its
   arch and opens a pull request with the new baselines (mha_ci.refresh).
 
-Safe by construction (tests/mha_ci/test_export_github.py checks each point on the output):
+Safe by construction (tests/mha_ci/export/test_github.py checks each point on the output):
 - workflow-wide `permissions: contents: read`; only the nightly refresh jobs get contents: write
   and pull-requests: write, in the job, because they push a branch and open a pull request;
 - `pull_request`, never `pull_request_target` (fork code never runs with the base repo's token);
@@ -25,6 +25,15 @@ Safe by construction (tests/mha_ci/test_export_github.py checks each point on th
 - actions pinned to a full commit SHA (a tag can be moved to other code), with the release in
   a comment; checkout without persisted credentials except where a job pushes;
 - the plan job runs `mha-ci export github --check`, so a hand-edited or stale workflow fails CI.
+
+The CPU jobs keep the venv executor's cache (<checkout>/.cache/mha-ci) between runs, in two
+actions/cache entries with their own keys, so a kernel change still reuses the toolchain env:
+- venvs/: per toolchain, keyed by its lock file and the Python that built it (a venv names its
+  interpreter's path). No restore-keys: an environment of other pins is never used (its folder
+  name is the lock's digest), so restoring one would only cost the download;
+- checksums/ (the compile cache; checksums jobs only): keyed by the lock file and src/mha/**,
+  restore-keys down to the toolchain, because each entry carries its own full key (sources,
+  config, variant, toolchain), so an older cache is safe and its untouched entries still hit.
 The output is deterministic (pipelines/ order, fixed key order), so `--check` can compare text.
 """
 from __future__ import annotations
@@ -48,7 +57,9 @@ CHECKOUT = "actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8"
 SETUP_PYTHON = "actions/setup-python@e797f83bcb11b83ae66e0230d6156d7c80228e7c"
 UPLOAD = "actions/upload-artifact@b7c566a772e6b6bfb58ed0dc250532a479d7789f"
 DOWNLOAD = "actions/download-artifact@37930b1c2abaa49bbe596cd826c3c89aef350131"
-ACTION_RELEASES = {CHECKOUT: "v5.0.0", SETUP_PYTHON: "v6.0.0", UPLOAD: "v6.0.0", DOWNLOAD: "v7.0.0"}
+CACHE = "actions/cache@0057852bfaa89a56745cba8c7296529d2fc39830"
+ACTION_RELEASES = {CHECKOUT: "v5.0.0", SETUP_PYTHON: "v6.0.0", UPLOAD: "v6.0.0", DOWNLOAD: "v7.0.0",
+                   CACHE: "v4.3.0"}
 # In pr.yml, true when the head branch is one of this repository's (not a fork's).
 SAME_REPOSITORY = "github.event.pull_request.head.repo.full_name == github.repository"
 PYTHON_VERSION = "3.11"
@@ -81,8 +92,28 @@ def _checkout(fetch_depth: int | None = None, persist: bool = False) -> dict:
     return {"name": "Check out", "uses": CHECKOUT, "with": options}
 
 
-def _setup_python() -> dict:
-    return {"name": "Set up Python", "uses": SETUP_PYTHON, "with": {"python-version": PYTHON_VERSION}}
+def _setup_python(step_id: str | None = None) -> dict:
+    named = {"name": "Set up Python", "id": step_id} if step_id else {"name": "Set up Python"}
+    return {**named, "uses": SETUP_PYTHON, "with": {"python-version": PYTHON_VERSION}}
+
+
+def _cache_steps() -> list[dict]:
+    """The CPU job's toolchain envs and compile cache (see the module docstring for the keys)."""
+    def expr(text: str) -> str:
+        return "${{ " + text + " }}"
+
+    lock = expr("hashFiles(format('containers/{0}/requirements.lock', matrix.toolchain))")
+    toolchain = f"{expr('runner.os')}-{expr('matrix.toolchain')}"
+    venvs = f"mha-ci-venvs-{toolchain}-py{expr('steps.python.outputs.python-version')}-{lock}"
+    compile_prefix = f"mha-ci-compile-{toolchain}-"
+    compile_lock = f"{compile_prefix}{lock}-"
+    return [
+        {"name": "Toolchain environment cache", "uses": CACHE,
+         "with": {"path": ".cache/mha-ci/venvs", "key": venvs}},
+        {"name": "Compile cache", "if": "matrix.kind == 'checksums'", "uses": CACHE,
+         "with": {"path": ".cache/mha-ci/checksums", "key": compile_lock + expr("hashFiles('src/mha/**')"),
+                  "restore-keys": f"{compile_lock}\n{compile_prefix}\n"}},
+    ]
 
 
 def _install(no_deps: bool = False) -> dict:
@@ -119,7 +150,7 @@ def _run_script(executor: str, runner: str) -> str:
 def _job_steps(executor: str, in_container: bool) -> list[dict]:
     steps = [_checkout()]
     if not in_container:
-        steps.append(_setup_python())
+        steps += [_setup_python(step_id="python"), *_cache_steps()]
     steps += [
         # Inside a toolchain image torch and triton are the pinned ones: install only mha-ci itself.
         _install(no_deps=in_container),

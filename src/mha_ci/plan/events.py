@@ -7,7 +7,8 @@ must plan the same jobs on a laptop and in CI.
 
 Changed paths are not in GitHub's pull_request payload; the workflow writes them to a file
 (`git diff --name-only BASE...HEAD`) for `--changed-files`. Without one, changed paths are
-unknown, which the policy treats as "every path changed" (a local `make ci` runs everything).
+unknown, which the policy treats as "every path changed". (A command line with neither a payload
+nor --changed-files takes them from git instead: mha_ci.plan.local_changes.)
 """
 from __future__ import annotations
 

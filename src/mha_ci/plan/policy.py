@@ -14,8 +14,9 @@ Rules, in the order their reasons are listed:
    asking, so a documentation-only change does not hold it back. A label with our prefix that
    triggers.yaml does not know is a usage error (exit 2), not a silent no-op;
 3. changed paths outside the documentation (src/mha/** adds checksums,
-   src/mha/configs/sm90-* adds sm90 correctness and perf). Unknown changed paths (no
-   --changed-files) count as every path changed;
+   src/mha/configs/sm90-* adds sm90 correctness and perf). Unknown changed paths (--all, an
+   event payload without --changed-files, or a checkout git cannot compare) count as every
+   path changed;
 4. labels over `selected` archs (ci:perf: perf wherever 1-3 chose an arch, including an
    arch a documentation-only change left out).
 A draft pull request, or a push to a branch the event does not run on, plans nothing.

@@ -1,0 +1,204 @@
+"""End-to-end checksum tests: real ahead-of-time compiles in the triton-3.8 toolchain (venv
+executor), on temp checkouts whose src/mha is a copy of the toy package in
+tests/fixtures/checksums_toy/ (same interface as the real mha.launch; compiles in a fraction of a
+second), restricted to the fp16 d64 problems on gfx942 and sm90 so the module stays near two
+minutes. test_real_kernel_* does the same on a copy of the real src/mha.
+
+Each test copies one baseline checkout (stored checksums written by `update`, compile cache
+warm) and changes one thing in the copy.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mha_ci.checksums import verify as checksums_job
+from mha_ci.checksums import records
+from mha_ci.cli import main
+from mha_ci.errors import EnvironmentProblem
+from mha_ci.executors.venv import VenvExecutor
+from mha_ci.model.loader import load_pipeline
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[3]
+TOY = Path(__file__).resolve().parents[2] / "fixtures" / "checksums_toy" / "mha"
+ONLY = "fp16-d64-"
+ARCHS = ("gfx942", "sm90")
+VENVS = Path(os.environ.get("MHA_CI_CACHE") or REPO / ".cache" / "mha-ci")
+
+
+def make_checkout(dest: Path, kernel_package: Path) -> Path:
+    for name in ("pipelines", "containers"):
+        shutil.copytree(REPO / name, dest / name)
+    (dest / "src").mkdir(parents=True)
+    os.symlink(REPO / "src" / "mha_ci", dest / "src" / "mha_ci")
+    shutil.copytree(kernel_package, dest / "src" / "mha", ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / "tests" / "mha").mkdir(parents=True)
+    (dest / "tests" / "mha" / "test_toy.py").write_text("def test_nothing():\n    assert True\n")
+    return dest
+
+
+def compute(root: Path, toolchain: str = "triton-3.8", only: str = ONLY, archs=ARCHS, sample: int = 1):
+    pipeline = load_pipeline(root)
+    chosen = [pipeline.archs[a] for a in archs]
+    computed = checksums_job.compute(root, pipeline.toolchains[toolchain], chosen, VenvExecutor(root, cache=VENVS),
+                                     root / "out", only=only, determinism_sample=sample)
+    return computed, checksums_job.judge(root, computed, chosen, only)
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    root = make_checkout(tmp_path_factory.mktemp("baseline"), TOY)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MHA_CI_CHECKSUMS_CACHE", str(root / ".cache" / "checksums"))
+        computed, verdict = compute(root, sample=2)
+        assert verdict.missing_stored and not verdict.compile_errors and not verdict.nondeterministic, verdict.table
+        pipeline = load_pipeline(root)
+        checksums_job.update(root, computed, [pipeline.archs[a] for a in ARCHS], ONLY)
+    return root
+
+
+@pytest.fixture
+def checkout(baseline, tmp_path, monkeypatch):
+    root = Path(shutil.copytree(baseline, tmp_path / "checkout", symlinks=True))
+    # the copy's compile cache (warm from the baseline), for library calls and the CLI alike
+    monkeypatch.setenv("MHA_CI_CHECKSUMS_CACHE", str(root / ".cache" / "checksums"))
+    return root
+
+
+def shas(computed) -> dict[str, str]:
+    return {r.key: r.sha256 for r in computed.codeobjs.records}
+
+
+def test_baseline_is_stored_and_verifies(baseline, checkout):
+    stored = records.load(checkout / "perf_baselines" / "code_objects" / "triton-3.8.json")
+    assert {r.arch for r in stored.records} == set(ARCHS) and len(stored.records) >= 8
+    computed, verdict = compute(checkout)
+    assert not verdict.failed, verdict.table
+    assert computed.codeobjs.stats["compiled"] == 0          # warm: everything from the cache
+    assert computed.codeobjs.determinism["agree"] and len(computed.codeobjs.determinism["sample"]) == 1
+
+
+def test_test_file_edit_changes_nothing_and_hits_the_cache(checkout):
+    test_file = checkout / "tests" / "mha" / "test_toy.py"
+    test_file.write_text(test_file.read_text() + "\n\ndef test_more():\n    assert 1 + 1 == 2\n")
+    computed, verdict = compute(checkout)
+    assert not verdict.failed, verdict.table
+    assert computed.codeobjs.stats["compiled"] == 0
+
+
+def test_comment_only_kernel_edit_changes_no_checksum(checkout):
+    kernel = checkout / "src" / "mha" / "kernels" / "toy.py"
+    text = kernel.read_text()
+    # comments above the kernels (every line number moves) and inside one (a changed line)
+    text = "# a comment that moves every line\n# and another\n" + text
+    text = text.replace("    acc = tl.zeros(", "    # accumulate in fp32\n    acc = tl.zeros(")
+    kernel.write_text(text)
+    before = shas(checksums_job.Computed(records.load(checkout / "perf_baselines/code_objects/triton-3.8.json"),
+                                         Path("x"), 0))
+    computed, verdict = compute(checkout)
+    assert computed.codeobjs.stats["compiled"] == computed.codeobjs.stats["variants"]   # the cache key moved ...
+    assert shas(computed) == before                                                     # ... the code did not
+    assert not verdict.failed, verdict.table
+
+
+def test_num_warps_change_changes_exactly_that_bucket(checkout, capsys):
+    config = checkout / "src" / "mha" / "configs" / "gfx942-MHA-DEFAULT.json"
+    data = json.loads(config.read_text())
+    data["forward"]["small_head"]["num_warps"] = 8
+    config.write_text(json.dumps(data, indent=2))
+    code = main(["--root", str(checkout), "checksums", "verify", "--toolchain", "triton-3.8",
+                 "--arch", "gfx942", "--arch", "sm90", "--only", ONLY])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    verdict = json.loads((checkout / "out" / "code_objects" / "triton-3.8.verify.json").read_text())
+    changed = [d for d in verdict["differences"] if d["status"] != "note"]
+    expected = {r.key for r in records.load(checkout / "perf_baselines/code_objects/triton-3.8.json").records
+                if r.key.startswith("gfx942/forward/small_head/")}
+    assert expected and {d["key"] for d in changed} == expected
+    assert all(d["status"] == "changed" and "num_warps 4 -> 8" in d["describe"] for d in changed)
+    assert all("config gfx942 forward.small_head changed: num_warps 4 -> 8" in d["why"] for d in changed)
+    assert "gfx942 small_head forward fwd fp16-d64-plain: " in out
+    # update stores it; verify passes again
+    assert main(["--root", str(checkout), "checksums", "update", "--toolchain", "triton-3.8",
+                 "--arch", "gfx942", "--arch", "sm90", "--only", ONLY]) == 0
+    assert main(["--root", str(checkout), "checksums", "verify", "--toolchain", "triton-3.8",
+                 "--arch", "gfx942", "--arch", "sm90", "--only", ONLY]) == 0
+
+
+def test_kernel_source_change_is_caught_and_explained(checkout):
+    kernel = checkout / "src" / "mha" / "kernels" / "toy.py"
+    kernel.write_text(kernel.read_text().replace("return s * scale", "return s * scale * 0.5"))
+    computed, verdict = compute(checkout)
+    assert verdict.failed
+    changed = [d for d in verdict.differences if d.is_failure]
+    fwd_keys = {r.key for r in computed.codeobjs.records if r.kernel == "fwd"}
+    assert {d.key for d in changed} == fwd_keys                # the backward kernel does not call _scale
+    assert all(d.status == "changed" and "kernel source of fwd changed" in d.why for d in changed)
+
+
+def test_nondeterministic_compile_is_its_own_failure(checkout):
+    kernel = checkout / "src" / "mha" / "kernels" / "toy.py"
+    text = kernel.read_text().replace(
+        "import triton\n",
+        "import random\nimport triton\n", 1).replace(
+        "@triton.jit\ndef _scale",
+        "SALT = triton.language.constexpr(random.SystemRandom().random())  # differs per process\n\n\n"
+        "@triton.jit\ndef _scale").replace("return s * scale", "return s * scale + SALT")
+    kernel.write_text(text)
+    computed, verdict = compute(checkout, sample=2)
+    assert verdict.nondeterministic and verdict.failed
+    assert "NONDETERMINISTIC" in verdict.table
+    assert computed.codeobjs.determinism["mismatches"]
+
+
+def test_triton34_amd_without_lld_is_an_environment_error(checkout, monkeypatch):
+    monkeypatch.setenv("TRITON_HIP_LLD_PATH", str(checkout / "no-such-ld.lld"))
+    with pytest.raises(EnvironmentProblem, match="ld.lld"):
+        compute(checkout, toolchain="triton-3.4", only="fp16-d64-plain", archs=("gfx942",))
+    assert main(["--root", str(checkout), "checksums", "compute", "--toolchain", "triton-3.4",
+                 "--arch", "gfx942", "--only", "fp16-d64-plain"]) == 3
+
+
+def test_real_kernel_comment_edit_changes_no_checksum(tmp_path, monkeypatch):
+    """The same property on a copy of the real kernel package: one forward variant on gfx942."""
+    root = make_checkout(tmp_path / "real", REPO / "src" / "mha")
+    monkeypatch.setenv("MHA_CI_CHECKSUMS_CACHE", str(root / ".cache" / "checksums"))
+    only = "/fwd/fp16-d64-causal"
+    first, verdict = compute(root, only=only, archs=("gfx942",))
+    assert not verdict.compile_errors, verdict.table
+    forward = root / "src" / "mha" / "kernels" / "forward.py"
+    forward.write_text("# moved every line\n" + forward.read_text())
+    second, verdict = compute(root, only=only, archs=("gfx942",))
+    assert not verdict.compile_errors, verdict.table
+    assert second.codeobjs.stats["compiled"] >= 1          # really recompiled after the edit
+    assert shas(first) == shas(second) and len(shas(first)) >= 1
+
+
+def test_oversized_config_fails_compute_and_verify_without_a_gpu(tmp_path, monkeypatch, capsys):
+    """The retune failure class, planted in a copy of the real package: more pipeline stages of
+    wider tiles than sm90's shared memory holds. The compile itself succeeds (only a launch on
+    the GPU would fail); the resource gate fails the job, naming variant, figure and limit."""
+    root = make_checkout(tmp_path / "real", REPO / "src" / "mha")
+    monkeypatch.setenv("MHA_CI_CHECKSUMS_CACHE", str(root / ".cache" / "checksums"))
+    config = root / "src" / "mha" / "configs" / "sm90-MHA-DEFAULT.json"
+    data = json.loads(config.read_text())
+    data["forward"]["small_head"].update(BLOCK_N=256, num_stages=4)
+    config.write_text(json.dumps(data, indent=2))
+    only = "sm90/forward/small_head/fwd/fp16-d64-plain"
+    args = ["--toolchain", "triton-3.8", "--arch", "sm90", "--only", only]
+    assert main(["--root", str(root), "checksums", "compute", *args]) == 1
+    err = capsys.readouterr().err
+    assert f"OVER LIMIT {only}: shared memory" in err and "exceeds the sm90 limit of 232448" in err, err
+    assert main(["--root", str(root), "checksums", "verify", *args]) == 1
+    verdict = json.loads((root / "out" / "code_objects" / "triton-3.8.verify.json").read_text())
+    assert [(b["key"], b["figure"], b["limit"]) for b in verdict["over_limits"]] == [(only, "shared memory", 232448)]
+    assert verdict["over_limits"][0]["value"] > 232448
+    assert main(["--root", str(root), "checksums", "update", *args]) == 1     # refused, nothing stored
+    assert "exceed their arch's limits" in capsys.readouterr().err
+    assert not (root / "perf_baselines" / "code_objects" / "triton-3.8.json").exists()

@@ -1,0 +1,169 @@
+"""The venv and host executors: clean environment, pin check as exit 3, streaming, timeouts, and
+the venv cache (named by lock hash, built atomically, built once under concurrency).
+
+The venv tests build tiny environments from a one-package lock (iniconfig, a few seconds each);
+the real toolchain environments are built by the slow tests in test_run_correctness.py.
+"""
+from __future__ import annotations
+
+import io
+import threading
+from pathlib import Path
+
+import pytest
+
+from mha_ci.errors import EnvironmentProblem
+from mha_ci.executors.base import PayloadRun
+from mha_ci.executors.host import HostExecutor
+from mha_ci.executors.local_process import payload_environment
+from mha_ci.executors.venv import MARKER, VenvExecutor
+from mha_ci.model.types import Arch, Toolchain
+
+REPO = Path(__file__).resolve().parents[3]
+INTERPRETER = Arch(name="interpreter", vendor="cpu", description="", device="none", runner_labels=(),
+                   visible_devices_env=None, compile_target=None, workers=1)
+TINY_LOCK = ("iniconfig==2.3.1 \\\n"
+             "    --hash=sha256:9121e2c1fdb355232495be3194c8dfe87ccc2d5dee45947b78e68f499790d7a7\n")
+
+
+def _toolchain(name: str, pins: dict, lock: Path | None = None) -> Toolchain:
+    lock = lock or REPO / "containers" / "triton-3.4" / "requirements.lock"
+    return Toolchain(name=name, role="test", lock=lock, container_dir=lock.parent, pins=pins)
+
+
+def _payload(tmp_path: Path, toolchain: Toolchain, module: str = "pincheck", args: tuple = (), **kw) -> PayloadRun:
+    return PayloadRun(module=module, args=args, toolchain=toolchain, arch=INTERPRETER, out_dir=tmp_path / "out",
+                      **kw)
+
+
+def _checkout(tmp_path: Path, test_source: str) -> Path:
+    """A checkout root whose tests/mha holds one test file; src/ is this repository's."""
+    root = tmp_path / "checkout"
+    (root / "tests" / "mha").mkdir(parents=True)
+    (root / "src").symlink_to(REPO / "src")
+    (root / "tests" / "mha" / "test_tiny.py").write_text(test_source)
+    return root
+
+
+# --------------------------------------------------------------------------- environment
+
+def test_payload_environment_is_clean(tmp_path, monkeypatch):
+    monkeypatch.setenv("MHA_CI_SECRET_OF_THE_SHELL", "leak")
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "2,3")
+    payload = _payload(tmp_path, _toolchain("triton-3.4", {"triton": "3.4.0"}), env={"TRITON_INTERPRET": "1"})
+    env = payload_environment(payload, REPO)
+    assert "MHA_CI_SECRET_OF_THE_SHELL" not in env
+    assert env["HIP_VISIBLE_DEVICES"] == "2,3"        # the GPUs this runner was given pass through
+    assert env["TRITON_INTERPRET"] == "1"
+    assert env["PYTHONPATH"] == str(REPO / "src")
+    assert env["MHA_CI_OUT"] == str(tmp_path / "out")
+    assert '"triton": "3.4.0"' in env["MHA_CI_PINS"] and '"mode": "enforce"' in env["MHA_CI_PINS"]
+    assert "PATH" in env
+
+
+# --------------------------------------------------------------------------- host executor
+
+def test_host_executor_pin_mismatch_is_an_environment_problem(tmp_path):
+    stream = io.StringIO()
+    executor = HostExecutor(REPO, stream=stream)
+    with pytest.raises(EnvironmentProblem) as info:
+        executor.run(_payload(tmp_path, _toolchain("triton-3.4", {"pytest": "0.0.1"}), log_prefix="job-x"))
+    assert "toolchain triton-3.4 pins pytest==0.0.1 but the environment has pytest" in str(info.value)
+    assert info.value.exit_code == 3
+    assert "[job-x] mha-ci pin check:" in stream.getvalue()     # streamed with the job's prefix
+
+
+def test_host_toolchain_only_records(tmp_path):
+    stream = io.StringIO()
+    result = HostExecutor(REPO, stream=stream).run(
+        _payload(tmp_path, _toolchain("host", {"pytest": "0.0.1"}), log_prefix="p"))
+    assert result.exit_code == 0 and not result.timed_out
+    assert result.provenance["executor"] == "host"
+    assert '"pytest":' in stream.getvalue()
+
+
+@pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
+def test_timeout_kills_the_payload_and_says_so(tmp_path):
+    root = _checkout(tmp_path, "import time\n\ndef test_hangs():\n    time.sleep(60)\n")
+    out = tmp_path / "out"
+    (out / "j").mkdir(parents=True)
+    (out / "j" / "tests.txt").write_text("tests/mha/test_tiny.py::test_hangs\n")
+    payload = PayloadRun(module="correctness", args=("run", "--tests", "j/tests.txt", "--junit", "j/x.xml",
+                                                     "--report", "j/r.json"),
+                         toolchain=_toolchain("host", {}), arch=INTERPRETER, out_dir=out, timeout_s=3)
+    result = HostExecutor(root, stream=io.StringIO()).run(payload)
+    assert result.timed_out
+    assert "timed out after 3 s" in result.error
+    assert result.provenance["wall_s"] < 30
+
+
+# --------------------------------------------------------------------------- venv executor
+
+@pytest.fixture
+def tiny_lock(tmp_path) -> Path:
+    lock = tmp_path / "containers" / "tiny" / "requirements.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(TINY_LOCK)
+    (tmp_path / "src").symlink_to(REPO / "src")      # tmp_path is the checkout root of these tests
+    return lock
+
+
+@pytest.mark.slow
+def test_venv_is_built_once_reused_and_named_by_lock_hash(tmp_path, tiny_lock):
+    stream = io.StringIO()
+    executor = VenvExecutor(tmp_path, cache=tmp_path / "cache", stream=stream)
+    toolchain = _toolchain("tiny", {"iniconfig": "2.3.1"}, lock=tiny_lock)
+    paths: list[Path] = []
+    threads = [threading.Thread(target=lambda: paths.append(executor.ensure_env(toolchain))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(paths)) == 1
+    env = paths[0]
+    assert env.name.startswith("tiny-") and len(env.name) == len("tiny-") + 12
+    assert stream.getvalue().count("creating venv for tiny from containers/tiny/requirements.lock ...") == 1
+    assert "done in" in stream.getvalue()
+    assert (env / MARKER).is_file()
+
+    # the payload really runs in it, with the pins checked
+    result = executor.run(_payload(tmp_path, toolchain))
+    assert result.exit_code == 0 and result.provenance["venv"] == str(env)
+    assert stream.getvalue().count("creating venv for tiny from") == 1     # reused
+
+    # a half-built environment (no completion marker) is never used: it is rebuilt
+    (env / MARKER).unlink()
+    assert executor.ensure_env(toolchain) == env
+    assert stream.getvalue().count("creating venv for tiny from") == 2
+
+    # a changed lock file is a different environment
+    tiny_lock.write_text(TINY_LOCK + "# touched\n")
+    assert executor.env_path(toolchain) != env
+    assert not [p for p in (tmp_path / "cache" / "venvs").iterdir() if ".building-" in p.name]
+
+
+@pytest.mark.slow
+def test_venv_build_failure_leaves_nothing_behind(tmp_path, tiny_lock):
+    tiny_lock.write_text(TINY_LOCK.replace("9121e2c1", "00000000"))      # wrong hash: pip must refuse
+    executor = VenvExecutor(tmp_path, cache=tmp_path / "cache", stream=io.StringIO())
+    toolchain = _toolchain("tiny", {"iniconfig": "2.3.1"}, lock=tiny_lock)
+    with pytest.raises(EnvironmentProblem) as info:
+        executor.ensure_env(toolchain)
+    assert "creating the venv for toolchain tiny failed" in str(info.value)
+    venvs = tmp_path / "cache" / "venvs"
+    assert not executor.env_path(toolchain).exists()
+    assert not [p for p in venvs.iterdir() if p.is_dir()]              # no temp folder left
+
+
+def test_venv_cache_follows_mha_ci_cache(tmp_path, monkeypatch, tiny_lock):
+    monkeypatch.setenv("MHA_CI_CACHE", str(tmp_path / "elsewhere"))
+    executor = VenvExecutor(tmp_path)
+    assert executor.venvs == (tmp_path / "elsewhere" / "venvs").resolve()
+    monkeypatch.delenv("MHA_CI_CACHE")
+    assert VenvExecutor(tmp_path).venvs == tmp_path.resolve() / ".cache" / "mha-ci" / "venvs"
+
+
+def test_missing_lock_file_is_an_environment_problem(tmp_path):
+    executor = VenvExecutor(tmp_path, cache=tmp_path / "cache", stream=io.StringIO())
+    with pytest.raises(EnvironmentProblem, match="does not exist"):
+        executor.ensure_env(_toolchain("gone", {}, lock=tmp_path / "nope.lock"))

@@ -1,0 +1,114 @@
+"""The GPU payload's logic without a GPU: imports, shape selection, timing loop, planted slowdown,
+and (where torch is importable) a whole run on the CPU with torch SDPA as the kernel."""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mha_ci.payloads import perf as payload
+from mha_ci.perf.document import check_perf, perf_from_dump
+from mha_ci.perf.stats import Method
+from mha_ci.perf.workloads import shapes_document
+
+SRC = Path(__file__).resolve().parents[3] / "src"
+
+
+def test_payload_imports_neither_pydantic_nor_yaml():
+    code = ("import sys; sys.modules['pydantic'] = None; sys.modules['yaml'] = None; "
+            "import mha_ci.payloads.perf, mha_ci.perf.stats, mha_ci.perf.provenance, mha_ci.perf.document")
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_chunks_are_strided_and_cover_everything_once():
+    entries = [{"key": f"k{i}"} for i in range(10)]
+    chunks = [payload.select(entries, f"{i}/3", None) for i in (1, 2, 3)]
+    assert [e["key"] for e in chunks[0]] == ["k0", "k3", "k6", "k9"]
+    assert sorted(e["key"] for c in chunks for e in c) == sorted(e["key"] for e in entries)
+    assert [e["key"] for e in payload.select(entries, None, "k1,k9?")] == ["k1"]
+
+
+def test_planted_slowdown_env(monkeypatch):
+    monkeypatch.setenv("MHA_PERF_PLANT_SLOWDOWN", "5")
+    assert payload.planted("dense_b1_x") == 5.0
+    monkeypatch.setenv("MHA_PERF_PLANT_KEYS", "varlen_*")
+    assert payload.planted("dense_b1_x") == 0.0 and payload.planted("varlen_b1_x") == 5.0
+
+
+class _NoTorch:
+    """measure_shape only touches torch.cuda when it exists."""
+
+
+def test_measure_shape_times_every_dispatch_and_plants_slowdown():
+    def call():
+        until = time.perf_counter() + 200e-6
+        while time.perf_counter() < until:
+            pass
+
+    method = Method(warmup=3, dispatches=20, reps=3, max_seconds_per_shape=10.0, min_dispatches=10)
+    reps, facts = payload.measure_shape(_NoTorch(), payload.WallTimer(), call, method, plant_pct=0.0)
+    assert len(reps) == 3 and all(len(r) == 20 for r in reps)
+    assert 150 < statistics.median(t for r in reps for t in r) < 2000
+    planted, pfacts = payload.measure_shape(_NoTorch(), payload.WallTimer(), call, method, plant_pct=50.0)
+    # the spin is the planted amount less the timer's fixed cost of an extra spin (none on the CPU)
+    assert pfacts["planted_gap_us"] == 0.0
+    # ... of the pilot rep's median dispatch
+    assert pfacts["planted_us"] == pytest.approx(pfacts["planted_base_us"] * 0.5, abs=2e-3)
+    assert 150 < pfacts["planted_base_us"] < 2000
+    assert statistics.median(t for r in planted for t in r) > statistics.median(t for r in reps for t in r) * 1.2
+
+
+
+def test_a_planted_shape_keeps_its_spin_when_the_fixed_cost_exceeds_the_plant():
+    """Run 5 sized the spin to nothing on shapes whose 5 % was below the fixed cost: they ran
+    unplanted while calibrate counted them as planted. Now they overshoot instead."""
+    class CostlySpin(payload.WallTimer):
+        spin_cost_us = 1e6
+
+        def __init__(self):
+            self.planted = []
+
+        def rep(self, fn, n, hold_us, plant_us):
+            self.planted.append(plant_us)
+            return super().rep(fn, n, hold_us, plant_us)
+
+    timer = CostlySpin()
+    method = Method(warmup=2, dispatches=10, reps=2, max_seconds_per_shape=10.0, min_dispatches=10)
+    _, facts = payload.measure_shape(_NoTorch(), timer, lambda: None, method, plant_pct=5.0)
+    assert facts["planted_gap_us"] == 1e6
+    assert timer.planted[0] == 0.0                                  # the unplanted pilot rep
+    assert timer.planted[1:] == [payload.MIN_PLANT_US] * 2 and payload.MIN_PLANT_US > 0
+
+@pytest.mark.slow
+def test_whole_payload_on_cpu_with_sdpa(tmp_path, torch_python):
+    python = torch_python
+    from mha_ci.perf.buckets import bucket_of
+    from mha_ci.perf.shapes import Shape
+    from mha_ci.perf.workloads import Origin, Workload
+
+    shapes = [Shape("dense", 2, 4, 2, 64, 64, 32, 32, True), Shape("varlen", 2, 4, 4, 32, 64, 48, 32, False),
+              Shape("dense", 1, 2, 1, 1, 128, 16, 16, True)]
+    workloads = [Workload(s, bucket_of(s), [Origin("test")]) for s in shapes]
+    (tmp_path / "shapes.json").write_text(json.dumps(shapes_document(workloads, "custom")))
+    (tmp_path / "method.json").write_text(json.dumps(Method(warmup=2, dispatches=12, reps=3).to_dict()))
+    env = dict(os.environ, PYTHONPATH=str(SRC), MHA_CI_OUT=str(tmp_path), MHA_PERF_PLANT_SLOWDOWN="0")
+    env.pop("MHA_CI_PINS", None)
+    done = subprocess.run([python, "-m", "mha_ci.payloads.perf", "--shapes", "shapes.json", "--method", "method.json",
+                           "--out", "perf.json", "--kernel", "sdpa", "--device", "cpu", "--toolchain", "test",
+                           "--dump-dispatches", "d.json"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((tmp_path / "perf.json").read_text())
+    assert check_perf(doc) is None
+    assert [r["key"] for r in doc["results"]] == [w.key for w in workloads]
+    assert all(r["error"] is None and r["stats"]["reps"] == 3 for r in doc["results"])
+    assert doc["provenance"]["kernel"] == "sdpa" and doc["provenance"]["pins_checked"] is False
+    assert "3/3 shapes measured" in done.stderr
+    # the dump reproduces the document's stats with the orchestrating side's code
+    again = perf_from_dump(json.loads((tmp_path / "d.json").read_text()))
+    assert [r["stats"] for r in again["results"]] == [r["stats"] for r in doc["results"]]

@@ -1,0 +1,94 @@
+"""The pin check every payload runs first: exit 3 naming pin and installed version on a mismatch.
+
+Runs against this interpreter's own packages (pytest is installed wherever these tests run), so
+no environment has to be built: pinning a version that is not installed is the mismatch.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mha_ci.payloads import pincheck
+
+SRC = Path(__file__).resolve().parents[3] / "src"
+PYTEST_VERSION = importlib.metadata.version("pytest")
+
+
+def _run(pins: dict | None, *extra: str, mode: str | None = None, raw_env: str | None = None):
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(SRC)}
+    if raw_env is not None:
+        env["MHA_CI_PINS"] = raw_env
+    elif pins is not None:
+        env["MHA_CI_PINS"] = json.dumps({"toolchain": "triton-3.4", "mode": mode or "enforce", "pins": pins})
+    return subprocess.run([sys.executable, "-m", "mha_ci.payloads.pincheck", *extra], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_matching_pins_pass_and_report_versions():
+    proc = _run({"pytest": PYTEST_VERSION})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["pytest"] == PYTEST_VERSION
+
+
+def test_mismatch_exits_3_naming_pin_and_installed_version():
+    proc = _run({"pytest": "0.0.1", "triton": "3.4.0"})
+    assert proc.returncode == 3
+    assert f"toolchain triton-3.4 pins pytest==0.0.1 but the environment has pytest {PYTEST_VERSION}" in proc.stderr
+
+
+def test_missing_package_is_a_mismatch():
+    proc = _run({"surely-not-installed-pkg": "1.0"})
+    assert proc.returncode == 3
+    assert "pins surely-not-installed-pkg==1.0 but the environment does not have surely-not-installed-pkg" in proc.stderr
+
+
+def test_names_are_compared_after_pep503_normalisation():
+    proc = _run({"PyTest": PYTEST_VERSION})
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_record_mode_runs_whatever_is_installed():
+    proc = _run({"pytest": "0.0.1"}, mode="record")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["pytest"] == PYTEST_VERSION
+
+
+def test_no_pins_at_all_is_refused():
+    proc = _run(None)
+    assert proc.returncode == 3
+    assert "MHA_CI_PINS is not set" in proc.stderr
+
+
+def test_malformed_pins_are_refused():
+    proc = _run(None, raw_env="{not json")
+    assert proc.returncode == 3
+    assert "MHA_CI_PINS is not valid" in proc.stderr
+
+
+def test_pins_on_the_command_line_and_record_file(tmp_path):
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(SRC), "MHA_CI_OUT": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "mha_ci.payloads.pincheck", "--toolchain", "t",
+                           "--pins", json.dumps({"pytest": PYTEST_VERSION}), "--record", "v/versions.json"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "v" / "versions.json").read_text())["pytest"] == PYTEST_VERSION
+
+
+def test_pincheck_imports_nothing_heavy():
+    code = ("import sys, mha_ci.payloads.pincheck; "
+            "bad = [m for m in ('torch', 'triton', 'numpy', 'pydantic', 'yaml') if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(SRC)}, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_check_lists_every_mismatch_at_once():
+    with pytest.raises(pincheck.PinMismatch) as info:
+        pincheck.check({"toolchain": "tc", "mode": "enforce", "pins": {"pytest": "0.0.1", "no-such-pkg-x": "2"}})
+    assert len(str(info.value).splitlines()) == 2

@@ -1,0 +1,185 @@
+"""The perf job kind and interleaving, with a fake executor standing in for the payload."""
+import json
+
+import pytest
+
+from mha_ci.baselines import perf_baseline
+from mha_ci.errors import ConfigError, EnvironmentProblem
+from mha_ci.executors.base import Executor, PayloadResult
+from mha_ci.model.loader import load_pipeline
+from mha_ci.model.types import Job
+from mha_ci.jobs import perf as perf_kind
+from mha_ci.perf import measure
+from mha_ci.perf.document import load_perf
+
+from perf_builders import doc, entry  # noqa: E402
+
+
+class FakeExecutor(Executor):
+    """Answers the perf payload with a document for the shapes it was given, times from `us`."""
+
+    name = "fake"
+
+    def __init__(self, us=lambda key, toolchain: 100.0, exit_code=0):
+        self.us, self.exit_code, self.runs = us, exit_code, []
+
+    def run(self, payload):
+        args = dict(zip(payload.args[::2], payload.args[1::2]))
+        self.runs.append((payload.toolchain.name, args.get("--chunk")))
+        if self.exit_code:
+            return PayloadResult(exit_code=self.exit_code)
+        shapes = json.loads((payload.out_dir / args["--shapes"]).read_text())["shapes"]
+        if "--chunk" in args:
+            i, n = map(int, args["--chunk"].split("/"))
+            shapes = shapes[i - 1::n]
+        tc = payload.toolchain.name
+        d = doc([entry(s["key"], self.us(s["key"], tc)) for s in shapes], subset=json.loads(
+            (payload.out_dir / args["--shapes"]).read_text())["subset"], toolchain=tc,
+            versions={"torch": "2.13.0", "triton": payload.toolchain.pins.get("triton")})
+        d["selection"]["chunk"] = args.get("--chunk")
+        out = payload.out_dir / args["--out"]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(d))
+        return PayloadResult(exit_code=0, provenance={"executor": "fake"})
+
+
+@pytest.fixture
+def checkout(pipeline_root):
+    return pipeline_root
+
+
+def _baseline(root, keys_us):
+    path = root / perf_baseline("sm90", "triton-3.4")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc([entry(k, us) for k, us in keys_us.items()],
+                                   versions={"torch": "2.13.0", "triton": "3.4.0"})))
+
+
+@pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
+def test_perf_job_passes_fails_and_reports(checkout, tmp_path, monkeypatch):
+    monkeypatch.setenv("MHA_CI_PERF_SUBSET", "pr")
+    pipeline = load_pipeline(checkout)
+    job = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
+    keys = [w.key for w in measure.selected_workloads(checkout, "pr")[1]]
+    # no baseline yet: the job cannot pass
+    result = perf_kind.run_job(job, pipeline, FakeExecutor(), tmp_path / "o0")
+    assert result.verdict == "fail" and "no baseline" in result.message
+    _baseline(checkout, {k: 100.0 for k in keys})
+    result = perf_kind.run_job(job, pipeline, FakeExecutor(), tmp_path / "o1")
+    assert result.verdict == "pass" and result.details["summary"]["ok"] == len(keys)
+    assert (tmp_path / "o1" / "jobs" / job.id / "compare.html").is_file()
+    slow = FakeExecutor(us=lambda key, tc: 150.0 if key == keys[0] else 100.0)
+    result = perf_kind.run_job(job, pipeline, slow, tmp_path / "o2")
+    assert result.verdict == "fail" and result.exit_code == 1 and result.details["regressions"] == [keys[0]]
+    # a NaN or non-positive time is a broken measurement: the job fails, naming shape and reason
+    broken = FakeExecutor(us=lambda key, tc: {keys[0]: float("nan"), keys[1]: 0.0}.get(key, 100.0))
+    result = perf_kind.run_job(job, pipeline, broken, tmp_path / "o3")
+    assert result.verdict == "fail" and result.exit_code == 1
+    assert result.details["broken"] == [{"key": k, "reason": r} for k, r in sorted(
+        [(keys[0], "candidate time is not a number: nan"), (keys[1], "candidate time is not positive: 0.0")])]
+    assert f"broken measurement: {min(keys[:2])}" in result.message
+
+
+def test_payload_environment_problem_is_exit_3(checkout, tmp_path):
+    pipeline = load_pipeline(checkout)
+    job = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
+    with pytest.raises(EnvironmentProblem):
+        perf_kind.run_job(job, pipeline, FakeExecutor(exit_code=3), tmp_path)
+
+
+def test_interleave_runs_abba_merges_and_compares(checkout, tmp_path):
+    assert measure.interleave_order(3, "a", "b") == [(1, "a"), (1, "b"), (2, "b"), (2, "a"), (3, "a"), (3, "b")]
+    pipeline = load_pipeline(checkout)
+    rel = "inter"
+    _, _, count = measure.write_inputs(checkout, tmp_path / rel, "pr")
+    fake = FakeExecutor(us=lambda key, tc: 100.0 if tc == "triton-3.4" else 90.0)
+    docs = measure.measure_interleaved(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel, 4)
+    assert [r[0] for r in fake.runs] == ["triton-3.4", "triton-3.8", "triton-3.8", "triton-3.4"] * 2
+    for tc in ("triton-3.4", "triton-3.8"):
+        merged = load_perf(tmp_path / rel / f"perf-{tc}.json")
+        assert len(merged["results"]) == count and merged["provenance"]["chunks"] == 4
+        assert "chunk" not in merged["selection"]
+    from mha_ci.perf.compare import GatePolicy, compare
+
+    c = compare(docs["triton-3.4"], docs["triton-3.8"], GatePolicy(), cross_toolchain=True)
+    assert c.summary["improvement"] == count
+
+
+class LockstepFake(FakeExecutor):
+    """Plays each side of the turn-taking for real (mha_ci.perf.lockstep) before answering."""
+
+    def __init__(self, fail_toolchain=None, **kw):
+        super().__init__(**kw)
+        self.fail_toolchain, self.broken = fail_toolchain, {}
+
+    def run(self, payload):
+        from mha_ci.perf import lockstep
+
+        args = dict(zip(payload.args[::2], payload.args[1::2]))
+        folder, role = lockstep.parse_spec(args["--lockstep"])
+        shapes = json.loads((payload.out_dir / args["--shapes"]).read_text())["shapes"]
+        side = lockstep.Lockstep(payload.out_dir / folder, role, len(shapes))
+        try:
+            if payload.toolchain.name == self.fail_toolchain:
+                return PayloadResult(exit_code=3)
+            for i in range(len(shapes) + 1):
+                side.wait(i)
+                side.done(i)
+        except lockstep.Stopped:
+            return PayloadResult(exit_code=4)
+        finally:
+            side.leave()
+            self.broken[role] = side.broken
+        return super().run(payload)
+
+
+def test_lockstep_runs_both_sides_at_once_and_compares(checkout, tmp_path):
+    pipeline = load_pipeline(checkout)
+    rel = "lock"
+    _, _, count = measure.write_inputs(checkout, tmp_path / rel, "pr")
+    fake = LockstepFake(us=lambda key, tc: 100.0 if tc == "triton-3.4" else 90.0)
+    docs = measure.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel)
+    log = (tmp_path / rel / "lockstep" / "log").read_text().splitlines()
+    # (the message shows the schedule as it ran, should this ever fail)
+    assert len(log) == 2 + 2 * count and [line.split()[1] for line in log[:6]] == list("ababba"), \
+        (count, log, fake.broken)
+    for tc in docs:
+        assert len(load_perf(tmp_path / rel / f"perf-{tc}.json")["results"]) == count
+    with pytest.raises(ConfigError):
+        measure.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.4"), "sm90", tmp_path, rel)
+
+
+def test_lockstep_failure_of_one_side_stops_the_other(checkout, tmp_path):
+    pipeline = load_pipeline(checkout)
+    measure.write_inputs(checkout, tmp_path / "lock", "pr")
+    fake = LockstepFake(fail_toolchain="triton-3.8")
+    with pytest.raises(EnvironmentProblem):
+        measure.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, "lock")
+
+
+@pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
+def test_repeat_runs_separate_processes_and_combines_them(checkout, tmp_path, monkeypatch):
+    pipeline = load_pipeline(checkout)
+    keys = [w.key for w in measure.selected_workloads(checkout, "pr")[1]]
+    _baseline(checkout, {k: 100.0 for k in keys})
+    # the first shape lands on a slow mode in one process of three: the median run is unaffected
+    calls = {"n": 0}
+
+    def us(key, tc):
+        if key == keys[0]:
+            calls["n"] += 1
+            return 110.0 if calls["n"] == 2 else 100.0
+        return 100.0
+
+    monkeypatch.setenv("MHA_CI_PERF_SUBSET", "pr")
+    monkeypatch.setenv("MHA_CI_PERF_REPEAT", "3")
+    job = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
+    result = perf_kind.run_job(job, pipeline, FakeExecutor(us=us), tmp_path)
+    assert result.verdict == "pass" and result.details["repeat"] == 3
+    doc = load_perf(tmp_path / "jobs" / job.id / "perf.json")
+    first = doc["results"][0]["stats"]
+    assert first["run_trimmed_means_us"] == [100.0, 110.0, 100.0] and first["trimmed_mean_us"] == 100.0
+    assert len(doc["provenance"]["combined_runs"]) == 3
+    monkeypatch.setenv("MHA_CI_PERF_REPEAT", "three")
+    with pytest.raises(ConfigError, match="whole number"):
+        perf_kind.run_job(job, pipeline, FakeExecutor(), tmp_path / "bad")

@@ -1,0 +1,133 @@
+"""Reports of a comparison: markdown table and tally, PNG plot, static HTML, calibration."""
+import base64
+import io
+import re
+
+from mha_ci.perf import calibrate, report
+from mha_ci.perf.compare import GatePolicy, compare
+
+from perf_builders import doc, entry  # noqa: E402
+
+KEYS = ["dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1", "dense_b1_hq128_hk128_sq8192_sk8192_dqk192_dv128_c1",
+        "varlen_b1_hq8_hk8_sq8192_sk8192_dqk192_dv128_c1", "dense_b1_hq128_hk8_sq8192_sk8192_dqk128_dv128_c1"]
+STALL = {"count": 1, "worst_us": 1_640_000.0, "ratio": 4205.1, "rep": 3, "index": 21}
+
+
+def reference_comparison():
+    """The four reference shapes of docs/workloads.md, golden 3.4 vs 3.8 before the retune."""
+    base = doc([entry(KEYS[0], 338.2, tags=("test",), tp=()), entry(KEYS[1], 4547.6, tags=("model_shapes", "bench")),
+                entry(KEYS[2], 333.0, tags=("model_shapes",), tp=(8,)), entry(KEYS[3], 2678.4)])
+    cand = doc([entry(KEYS[0], 1030.4, stall=STALL, tags=("test",), tp=()), entry(KEYS[1], 4944.0),
+                entry(KEYS[2], 357.5, tags=("model_shapes",), tp=(8,)), entry(KEYS[3], 2799.2)],
+               toolchain="triton-3.8", versions={"torch": "2.13.0", "triton": "3.8.0"})
+    return compare(base, cand, GatePolicy(), cross_toolchain=True)
+
+
+def test_markdown_has_tally_columns_regressions_and_stall():
+    md = report.markdown(reference_comparison())
+    assert "**0 improvements, 0 ok, 4 regressions, 0 invalid of 4 shapes**" in md
+    header = next(line for line in md.splitlines() if line.startswith("| shape"))
+    for column in ("M", "N", "K", "d_v", "HQ/HK", "TP", "layout", "bucket", "baseline us", "candidate us",
+                   "delta %", "status", "source"):
+        assert f"| {column} |" in header
+    row = next(line for line in md.splitlines() if "dense_b8_hq48" in line and line.startswith("|"))
+    assert "| 2048 | 2048 | 64 | 64 | 48/8 |" in row and "+204.7" in row and "small_head" in row and "| test |" in row
+    assert "1.64 s against a 390 us median" in md
+    tp8 = next(line for line in md.splitlines() if "varlen_b1_hq8" in line and line.startswith("|"))
+    assert "| 8 |" in tp8 and "+7.4" in tp8
+
+
+def test_png_is_a_real_plot_and_html_embeds_it(tmp_path):
+    c = reference_comparison()
+    png = report.plot_png(c)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png))
+    assert image.size[0] >= 600 and image.size[1] >= 300
+    page = report.html_page(c, png)
+    match = re.search(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert match and base64.b64decode(match.group(1)) == png
+    assert page.count("<tr class=") == 4 and "4 regressions" in page
+    paths = report.write_all(c, tmp_path)
+    assert all(p.stat().st_size > 0 for p in paths.values())
+
+
+def test_calibration_counts_false_regressions_and_planted_catches():
+    keys = KEYS
+    a = doc([entry(k, 100.0, noise=0.5) for k in keys])
+    b = doc([entry(keys[0], 104.0, noise=0.5)] + [entry(k, 100.5, noise=0.5) for k in keys[1:]])
+    planted = doc([entry(k, 106.0, noise=0.5) for k in keys[:3]] + [entry(keys[3], 100.0, noise=0.5)],
+                  planted_slowdown_pct=6.0)
+    for e in planted["results"][:3]:
+        e["planted_pct"] = 6.0
+    result = calibrate.calibrate(a, b, GatePolicy(floor_pct=3.0, k=2.5), planted=planted)
+    assert result["false_regressions"] == [keys[0]]
+    assert result["false_regression_rate"] == 0.25
+    assert result["zero_false_call_floor_pct"] == 4.0
+    assert result["smallest_caught_pct"]["min"] == 3.0
+    p = result["planted"]
+    assert p["planted_shapes"] == 3 and p["caught"] == 3 and p["catch_rate"] == 1.0
+    assert p["unplanted_false_regressions"] == []
+    bands = {tuple(b["band_pct"]): (b["shapes"], b["caught"]) for b in p["caught_by_realised_band"]}
+    assert bands[(5.0, 7.5)] == (3, 3) and sum(n for n, _ in bands.values()) == 3
+    text = calibrate.markdown(result)
+    assert "False regressions: 1 (25.0 %)" in text and "caught 3 of 3 (100.0 %)" in text
+    assert "| 5 to 7.5 | 3 | 3 |" in text
+
+
+def test_calibration_verdict_holds_both_rates_to_their_bars():
+    keys = KEYS
+    a = doc([entry(k, 100.0, noise=0.5) for k in keys])
+    clean = doc([entry(k, 100.5, noise=0.5) for k in keys])
+    planted = doc([entry(k, 106.0, noise=0.5) for k in keys[:2]] + [entry(k, 101.0, noise=0.5) for k in keys[2:3]],
+                  planted_slowdown_pct=6.0)
+    for e in planted["results"]:
+        e["planted_pct"] = 6.0                       # three planted, the third not really slower
+    bars = calibrate.Bars(max_false_regression_pct=1.0, min_planted_catch_pct=95.0)
+    v = calibrate.calibrate(a, clean, GatePolicy(floor_pct=3.0, k=2.0), planted=planted, bars=bars)["verdict"]
+    assert [(c["bar"], c["value_pct"], c["met"]) for c in v["checks"]] == [
+        ("false_regressions", 0.0, True), ("planted_catch", 66.67, False)]
+    assert v["met"] is False
+    loose = calibrate.Bars(max_false_regression_pct=1.0, min_planted_catch_pct=60.0)
+    result = calibrate.calibrate(a, clean, GatePolicy(floor_pct=3.0, k=2.0), planted=planted, bars=loose)
+    assert result["verdict"]["met"] is True
+    assert "**Calibrated: yes** (false regressions 0.0 % <= 1 %: met; planted shapes caught 66.67 % >= 60 %: met)" \
+        in calibrate.markdown(result)
+    # A/A alone: one false regression in four shapes misses the 1 % bar.
+    noisy = doc([entry(keys[0], 110.0, noise=0.5)] + [entry(k, 100.0, noise=0.5) for k in keys[1:]])
+    result = calibrate.calibrate(a, noisy, GatePolicy(floor_pct=3.0, k=2.0), bars=bars)
+    assert [c["bar"] for c in result["verdict"]["checks"]] == ["false_regressions"]
+    assert result["verdict"]["met"] is False and "**Calibrated: NO**" in calibrate.markdown(result)
+
+
+def test_calibrate_cli_exits_1_when_a_bar_is_missed(tmp_path, repo_root, capsys):
+    import json
+
+    from mha_ci.cli import main
+
+    def write(name, d):
+        path = tmp_path / name
+        path.write_text(json.dumps(d))
+        return str(path)
+
+    a = write("a.json", doc([entry(k, 100.0, noise=0.5) for k in KEYS]))
+    b = write("b.json", doc([entry(k, 100.3, noise=0.5) for k in KEYS]))
+    off = write("off.json", doc([entry(KEYS[0], 110.0, noise=0.5)] + [entry(k, 100.0, noise=0.5) for k in KEYS[1:]]))
+    root = ["--root", str(repo_root)]
+    assert main(root + ["perf", "calibrate", a, b]) == 0
+    assert main(root + ["perf", "calibrate", a, off, "--format", "json"]) == 1
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("{"):])["verdict"]["met"] is False
+    planted = doc([entry(k, 106.0, noise=0.5) for k in KEYS], planted_slowdown_pct=6.0)
+    for e in planted["results"]:
+        e["planted_pct"] = 6.0
+    p = write(tmp_path / "planted.json", planted)
+    assert main(root + ["perf", "calibrate", str(a), str(b), "--planted", str(p), "--out", str(tmp_path / "c")]) == 0
+    assert {f.name for f in (tmp_path / "c").iterdir()} == {"calibrate.json", "calibrate.md", "calibrate.png"}
+    assert (tmp_path / "c" / "calibrate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    stored = json.loads((tmp_path / "c" / "calibrate.json").read_text())
+    assert [s["caught"] for s in stored["planted"]["shapes"]] == [True] * len(KEYS)
+    # a "planted" run in which nothing was planted is a usage error, not a 0 % catch rate
+    assert main(root + ["perf", "calibrate", str(a), str(b), "--planted", str(b)]) == 2
+    assert "MHA_PERF_PLANT_SLOWDOWN" in capsys.readouterr().err
