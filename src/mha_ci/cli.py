@@ -16,7 +16,7 @@ from pathlib import Path
 from mha_ci.crash import on_sigterm, report_crash
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError, interruption
 
-COMMANDS = ("validate", "plan", "run", "perf", "checksums", "export")
+COMMANDS = ("validate", "plan", "run", "perf", "checksums", "tune", "export")
 OUT_IS_A_FILE = ("merge", "combine")      # `perf merge/combine --out FILE`; every other --out is a folder
 
 
