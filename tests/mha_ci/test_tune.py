@@ -317,3 +317,33 @@ def test_real_aot_compile_prunes_an_oversized_sm90_candidate(tmp_path, monkeypat
     assert decisions["current"]["resources"]["fwd"]["shared_bytes"] > 0
     assert decisions["m256-n256-w8-s4"]["pruned"] in ("shared", "registers", "spills", "compile")
     assert "m256-n256-w8-s4" in plan_mod.render(result)
+
+
+@pytest.mark.slow
+def test_timing_payload_runs_and_resumes_under_the_interpreter(tmp_path):
+    """The GPU timing path end to end on the CPU (Triton interpreter, the interpreter arch's
+    config): two configs timed in turns per shape, one line per shape, a second call skips them."""
+    from mha_ci.executors.venv import VenvExecutor
+    from mha_ci.model.loader import load_pipeline
+    from mha_ci.tune import session
+
+    shape = {"layout": "dense", "batch": 1, "hq": 2, "hk": 1, "sq": 32, "sk": 32, "dqk": 32, "dv": 32,
+             "causal": True, "window": [16, 0], "sink": True, "dropout_p": 0.0, "dtype": "fp16"}
+    plan = {"arch": "interpreter", "toolchain": "triton-3.8"}
+    outdir.write_json(tmp_path / "timing" / "method.json",
+                      {"warmup": 2, "dispatches": 3, "reps": 2, "min_dispatches": 3, "max_seconds_per_shape": 0.5})
+    outdir.write_json(tmp_path / "timing" / "b" / "plan.json", {
+        "arch": None, "shapes": [{"key": "s1", "bucket": "small_head", "shape": shape},
+                                 {"key": "s2", "bucket": "small_head", "shape": dict(shape, layout="varlen")}],
+        "configs": {"small_head": {"m32-n16-w4-s1": {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}}}})
+    pipeline = load_pipeline(ROOT)
+    executor = VenvExecutor(ROOT)
+    import time as _time
+    session._run_time_payload(executor, pipeline, plan, "timing/b", tmp_path, _time.time() + 300)
+    rows = outdir.latest_rows(tmp_path / "timing" / "b" / "results.jsonl")
+    assert set(rows) == {"s1", "s2"}
+    for row in rows.values():
+        assert set(row["configs"]) == {"current", "m32-n16-w4-s1"}
+        assert all(c["stats"]["trimmed_mean_us"] > 0 and c["max_abs_diff"] < 1e-2 for c in row["configs"].values())
+    session._run_time_payload(executor, pipeline, plan, "timing/b", tmp_path, _time.time() + 300)
+    assert len(outdir.read_lines(tmp_path / "timing" / "b" / "results.jsonl")) == 2      # resumed: nothing re-measured

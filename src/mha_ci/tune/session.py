@@ -46,10 +46,12 @@ def _run_time_payload(executor, pipeline, plan: dict, rel: str, out: Path, deadl
     toolchain = pipeline.toolchains[plan["toolchain"]].on(arch.platform)
     args = ["time", "--plan", f"{rel}/plan.json", "--method", "timing/method.json",
             "--results", f"{rel}/results.jsonl", "--deadline", f"{deadline:.0f}"]
-    if arch.compile_target is None:
+    env = {}
+    if arch.compile_target is None:     # the interpreter arch: a CPU run of the same path
         args += ["--device", "cpu"]
+        env["TRITON_INTERPRET"] = "1"
     result = executor.run(PayloadRun(module="tune", args=tuple(args), toolchain=toolchain, arch=arch,
-                                     out_dir=out, timeout_s=max(60.0, deadline - time.time() + 600),
+                                     out_dir=out, env=env, timeout_s=max(60.0, deadline - time.time() + 600),
                                      log_prefix=f"tune {rel}"))
     if result.exit_code == ExitCode.ENVIRONMENT_ERROR:
         raise EnvironmentProblem(f"tune timing ({rel}): environment problem (no GPU of arch {plan['arch']}, "
