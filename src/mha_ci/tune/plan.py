@@ -102,10 +102,26 @@ def render(plan: dict) -> str:
         lines.append(f"\n{b['bucket']}: {s['candidates']} candidates, pruned: {pruned}; {s['remaining']} remain; "
                      f"{len(b['shapes'])} shapes ({len(b['regressed'])} regressed in the report); "
                      f"compiled for {b['compile_problem']}")
+        # a replacement guard acts on many candidates alike: said once per bucket
+        shared = sorted({n for c in b["candidates"] for n in c["notes"] if " replaces " in n})
+        lines += [f"  note (candidates marked *): {n}" for n in _guard_names(shared)]
         for c in b["candidates"]:
             res = "; ".join(f"{k} smem {v['shared_bytes']} regs {v['registers']} spills {v['spills']}"
                             for k, v in c["resources"].items()) or "not compiled"
             verdict = f"PRUNED {c['pruned']}: {c['why']}" if c["pruned"] else "keep"
-            lines.append(f"  {c['id']:<22} {str(c['config']):<64} {res:<44} {verdict}")
-            lines += [f"  {'':<22} note: {n}" for n in c["notes"]]
+            star = "*" if any(n in shared for n in c["notes"]) else " "
+            lines.append(f"  {c['id']:<21}{star} {str(c['config']):<64} {res:<44} {verdict}")
+            lines += [f"  {'':<22} note: {n}" for n in c["notes"] if n not in shared]
     return "\n".join(lines) + "\n"
+
+
+def _guard_names(notes: list[str]) -> list[str]:
+    """One line per replacement guard (the notes differ only in the values replaced)."""
+    seen, out = set(), []
+    for note in notes:
+        name = note.split(" replaces ", 1)[0]
+        if name not in seen:
+            seen.add(name)
+            out.append(f"{name} replaces forbidden values by its fallback where it applies "
+                       f"{note.rsplit('where it applies ', 1)[-1]}")
+    return out
