@@ -1,7 +1,8 @@
 """Kernel launch configs: one JSON file per arch, one section per pass, buckets per problem kind.
 
-The bucket rule (`select_bucket`) is the only place that maps a problem to a bucket; the guards
-that exclude known-bad settings (`apply_guards`) sit next to it with their reasons.
+The bucket rule (`select_bucket`) is the only place that maps a problem to a bucket. Settings
+known to be bad are data: the `guards` of each config file (rules and format: mha.guards),
+checked when the file is loaded and applied at every launch.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import functools
 import json
 from pathlib import Path
 
+from . import guards as guards_mod
 from .arch import KNOWN_ARCHS
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -50,7 +52,21 @@ def load_arch_configs(arch: str) -> dict:
             missing = [k for k in REQUIRED_KEYS[pass_] if k not in section[bucket]]
             if missing:
                 raise ConfigFileError(f"{path}: {pass_}.{bucket} lacks keys {missing}")
+    try:
+        guards_mod.check_config(data, str(path), {p: set(REQUIRED_KEYS[p]) for p in PASSES}, select_bucket)
+    except guards_mod.GuardError as exc:
+        raise ConfigFileError(str(exc)) from None
     return data
+
+
+@functools.lru_cache(maxsize=None)
+def triton_version() -> str | None:
+    """The installed Triton's version, which toolchain-conditioned guards are matched against."""
+    try:
+        import triton
+    except ImportError:
+        return None
+    return triton.__version__
 
 
 def select_bucket(pass_: str, dqk: int, dv: int, dtype: str, dropout_p: float) -> str:
@@ -80,25 +96,26 @@ def select_bucket(pass_: str, dqk: int, dv: int, dtype: str, dropout_p: float) -
     return "default"
 
 
-def apply_guards(cfg: dict, dqk: int, dv: int) -> dict:
-    """Remove settings known to be bad, each with its reason."""
-    cfg = dict(cfg)
-    # num_stages=3 miscompiled head_dim <= 16 on one Triton version (reported with issue 3;
-    # not reproduced here); two stages cost nothing measurable at such small tiles.
-    if min(dqk, dv) <= 16 and cfg["num_stages"] > 2:
-        cfg["num_stages"] = 2
-    return cfg
+def apply_guards(pass_: str, arch: str, cfg: dict, dqk: int, dv: int, dtype: str) -> dict:
+    """`cfg` with the guards of the arch's file applied (mha.guards.enforce): replacements made,
+    prohibitions raised as ConfigFileError."""
+    try:
+        return guards_mod.enforce(load_arch_configs(arch).get("guards", []), pass_, cfg, dqk, dv, dtype,
+                                  triton_version())
+    except guards_mod.GuardError as exc:
+        raise ConfigFileError(str(exc)) from None
 
 
 def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: float,
             override: dict | None = None) -> tuple[str, dict]:
-    """(bucket, config) for one pass: file bucket, then guards, then an explicit override.
+    """(bucket, config) for one pass: file bucket, then an explicit override, then the guards.
 
-    An explicit `config=` dict wins over the file and the guards; it may hold the keys of both
-    passes (those of the other pass are ignored) or be {"forward": {...}, "backward": {...}}.
+    An explicit `config=` dict wins over the file; it may hold the keys of both passes (those of
+    the other pass are ignored) or be {"forward": {...}, "backward": {...}}. The guards come last,
+    so an override cannot launch a known miscompile (the tuner's candidates are overrides).
     """
     bucket = select_bucket(pass_, dqk, dv, dtype, dropout_p)
-    cfg = apply_guards(load_arch_configs(arch)[pass_][bucket], dqk, dv)
+    cfg = dict(load_arch_configs(arch)[pass_][bucket])
     if override:
         nested = isinstance(override.get(pass_), dict)
         part = override[pass_] if nested else {k: v for k, v in override.items() if k not in PASSES}
@@ -111,4 +128,4 @@ def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: flo
         if mine:
             cfg.update(mine)
             bucket = f"{bucket}+override"
-    return bucket, cfg
+    return bucket, apply_guards(pass_, arch, cfg, dqk, dv, dtype)

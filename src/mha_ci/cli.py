@@ -17,7 +17,7 @@ from typing import NoReturn
 from mha_ci.crash import on_sigterm, report_crash
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError, interruption
 
-COMMANDS = ("validate", "plan", "run", "perf", "checksums", "export", "containers")
+COMMANDS = ("validate", "plan", "run", "perf", "checksums", "tune", "export", "containers")
 OUT_IS_A_FILE = ("merge", "combine")      # `perf merge/combine --out FILE`; every other --out is a folder
 
 

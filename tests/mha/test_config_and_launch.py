@@ -131,3 +131,22 @@ def test_aligned_specialization_lists_every_runtime_argument():
     assert spec_map["Q"] == "aligned16" and spec_map["stride_qs"] == "aligned16"
     assert spec_map["seqlen_q"] == "none" and spec_map["qk_scale"] == "none"
     assert set(spec_map) == {n for n, t in spec.signature.items() if t != "constexpr"}
+
+
+def test_config_file_violating_its_own_guard_is_refused(tmp_path, monkeypatch):
+    data = json.loads(config.config_path("sm90").read_text())
+    data["guards"].append({"id": "no-stage-3", "forbid": {"num_stages": [3]}, "why": "test prohibition"})
+    (tmp_path / "sm90-MHA-DEFAULT.json").write_text(json.dumps(data))
+    monkeypatch.setattr(config, "CONFIG_DIR", tmp_path)
+    config.load_arch_configs.cache_clear()
+    try:
+        with pytest.raises(config.ConfigFileError, match="no-stage-3.*test prohibition"):
+            config.load_arch_configs("sm90")
+    finally:
+        config.load_arch_configs.cache_clear()
+
+
+def test_guards_apply_to_overrides_too():
+    # a config= override cannot launch what a guard replaces (the tuner's candidates are overrides)
+    _, cfg = config.resolve("forward", "sm90", 16, 16, "fp16", 0.0, {"num_stages": 4})
+    assert cfg["num_stages"] == 2

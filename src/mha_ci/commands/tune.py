@@ -1,0 +1,121 @@
+"""mha-ci tune: search a config bucket's knobs (docs/tune.md).
+
+    mha-ci tune --arch A --toolchain T [--bucket B ...] [--from-report compare.json] [--pass forward|backward]
+                --out DIR [--dry-run] [--executor venv|docker|host] [--pins enforce|record] [--jobs N]
+                [--budget-s S] [--max-candidates N] [--seconds-per-shape S] [--no-check]
+    mha-ci tune propose --from DIR [--branch NAME] [--executor venv|host]
+
+Phases, each writing under --out as it goes (mha_ci.tune.outdir): plan (CPU: candidates, guards,
+ahead-of-time compile, resource gate; `--dry-run` stops here and prints it), time (GPU: every
+surviving candidate against the current config, per shape in one process), verify (GPU: the
+chosen configs against the current ones on every shape of the changed buckets), check (GPU: the
+correctness job on the proposed config). A later call with the same --out resumes: the plan is
+reused when arch, toolchain, buckets and config file are unchanged, measured shapes are skipped.
+`propose` (CPU) turns the out folder into a branch: the config change, the recomputed code-object
+records and the before/after report.
+
+Exit codes: 0 done (a proposal, or nothing better than the current config), 1 the proposal failed
+its verify or correctness gate, 2 bad options or files, 3 no device, a pin mismatch, git problems.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from mha_ci.commands.run import add_pins_option, check_pins_option
+from mha_ci.errors import ConfigError, ExitCode
+
+
+def register(sub) -> None:
+    tune = sub.add_parser("tune", help="search a config bucket's knobs: pruned on the CPU, timed on a GPU, "
+                                       "proposed on a branch",
+                          description="Tune config buckets (docs/tune.md).")
+    tune.add_argument("action", nargs="?", choices=("run", "propose"), default="run",
+                      help="run (default): plan, then time/verify/check on a GPU; propose: make the branch "
+                           "from an out folder (CPU)")
+    tune.add_argument("--arch")
+    tune.add_argument("--toolchain")
+    tune.add_argument("--bucket", action="append", help="a bucket to tune (repeatable; default: from the report, "
+                                                         "or every bucket with workload shapes)")
+    tune.add_argument("--from-report", type=Path, help="a mha-ci.perf-compare/1 file: tune the buckets with "
+                                                       "regressions, on the regressed shapes")
+    tune.add_argument("--pass", dest="pass_", choices=("forward", "backward"), default="forward",
+                      help="backward: plan and prune only (perf workloads time the forward pass)")
+    tune.add_argument("--out", type=Path, help="the tune folder (default: <root>/out/tune-<arch>-<toolchain>)")
+    tune.add_argument("--from", dest="from_dir", type=Path, help="propose: the tune folder to read")
+    tune.add_argument("--dry-run", action="store_true", help="plan and prune on the CPU, print, stop")
+    tune.add_argument("--executor", choices=("venv", "docker", "host"), default=None)
+    tune.add_argument("--jobs", type=int, default=None, help="compile processes (default: every core)")
+    tune.add_argument("--budget-s", type=float, default=480.0,
+                      help="wall-clock budget of the GPU phases of this call; no shape starts after it")
+    tune.add_argument("--max-candidates", type=int, default=6,
+                      help="surviving candidates timed per bucket, nearest to the current config first")
+    tune.add_argument("--seconds-per-shape", type=float, default=0.3,
+                      help="timed work per config and shape (the perf method's max_seconds_per_shape)")
+    tune.add_argument("--no-check", action="store_true", help="skip the correctness job of the proposal")
+    tune.add_argument("--branch", help="propose: the branch name (default: tune/<arch>-<toolchain>-<date>)")
+    add_pins_option(tune)
+    tune.set_defaults(handler=handle)
+
+
+def handle(args) -> int:
+    if args.action == "propose":
+        return _propose(args)
+    from mha_ci.executors import make_executor
+    from mha_ci.model.loader import load_pipeline
+    from mha_ci.tune import plan as plan_mod
+
+    if not args.arch or not args.toolchain:
+        raise ConfigError("tune needs --arch and --toolchain", key="--arch" if not args.arch else "--toolchain")
+    args.executor = args.executor or "venv"
+    check_pins_option(args)
+    pipeline = load_pipeline(args.root)
+    out = (args.out or args.root / "out" / f"tune-{args.arch}-{args.toolchain}").resolve()
+    executor = make_executor(args.executor, args.root, pin_mode=args.pins)
+    started = time.monotonic()
+    plan = _plan(args, pipeline, executor, out)
+    print(plan_mod.render(plan), end="")
+    print(f"mha-ci tune: plan in {out / 'plan.json'} ({time.monotonic() - started:.1f} s)", file=sys.stderr)
+    if args.dry_run:
+        return ExitCode.OK
+    if plan["pass"] != "forward":
+        raise ConfigError("GPU timing tunes the forward pass only (the perf workloads time the forward pass); "
+                          "use --dry-run for backward buckets", key="--pass")
+    from mha_ci.tune import session
+
+    return session.gpu_phases(args, pipeline, executor, out, plan, deadline=time.time() + args.budget_s)
+
+
+def _plan(args, pipeline, executor, out: Path) -> dict:
+    """Reuse OUT/plan.json when it was made for the same question and config file; else build it."""
+    import hashlib
+
+    from mha_ci.perf.measure import selected_workloads
+    from mha_ci.tune import outdir, rules, targets
+    from mha_ci.tune import plan as plan_mod
+
+    report = targets.read_report(args.from_report) if args.from_report else None
+    _, workloads = selected_workloads(args.root, "full")
+    chosen = targets.choose([w.to_dict() for w in workloads], args.bucket, report)
+    if not chosen:
+        raise ConfigError("nothing to tune: no bucket selected (the report has no regression?)", key="--bucket")
+    old = outdir.read_json(out / "plan.json")
+    digest = hashlib.sha256(rules.config_file(args.root, args.arch).read_bytes()).hexdigest()
+    if (old and old.get("arch") == args.arch and old.get("toolchain") == args.toolchain
+            and old.get("pass") == args.pass_ and old.get("config_sha256") == digest
+            and [b["bucket"] for b in old["buckets"]] == [t.bucket for t in chosen]
+            and all(b["shapes"] == t.shapes for b, t in zip(old["buckets"], chosen))):
+        print(f"mha-ci tune: reusing the plan in {out / 'plan.json'}", file=sys.stderr)
+        return old
+    return plan_mod.build(args.root, pipeline, args.arch, args.toolchain, args.pass_, chosen, executor, out,
+                          jobs=args.jobs, report_path=str(args.from_report) if args.from_report else None)
+
+
+def _propose(args) -> int:
+    from mha_ci.tune import proposal
+
+    if args.from_dir is None:
+        raise ConfigError("tune propose needs --from DIR (the --out of a tune run)", key="--from")
+    return proposal.propose(args.root, args.from_dir.resolve(), branch=args.branch,
+                            executor_name=args.executor or "venv")

@@ -1,0 +1,127 @@
+"""The CPU phase: candidates per bucket, pruned by guards, then by the ahead-of-time compile and
+the resource gate; the result is OUT/plan.json (what `--dry-run` prints and the GPU phase reads)."""
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+from mha_ci.checksums.verify import cache_dir
+from mha_ci.errors import ConfigError, EnvironmentProblem
+from mha_ci.executors.base import PayloadRun
+from mha_ci.tune import outdir, prune, rules, space, targets
+
+COMPILE_TIMEOUT_S = 4 * 3600
+
+
+def triton_pin(toolchain) -> str | None:
+    return toolchain.pins.get("triton") or None
+
+
+def build(root: Path, pipeline, arch_name: str, toolchain_name: str, pass_: str, chosen: list,
+          executor, out: Path, jobs: int | None = None, report_path: str | None = None) -> dict:
+    """Enumerate, prune and write OUT/plan.json; returns the plan."""
+    if arch_name not in pipeline.archs or pipeline.archs[arch_name].compile_target is None:
+        known = [n for n, a in pipeline.archs.items() if a.compile_target is not None]
+        raise ConfigError(f"arch {arch_name!r} has no compile target; known: {', '.join(known)}", key="--arch")
+    if toolchain_name not in pipeline.toolchains:
+        raise ConfigError(f"unknown toolchain {toolchain_name!r}; known: {', '.join(pipeline.toolchains)}",
+                          key="--toolchain")
+    arch = pipeline.archs[arch_name]
+    toolchain = pipeline.toolchains[toolchain_name]
+    started = time.monotonic()
+    config = rules.load_config(root, arch_name)
+    module = rules.guards_module(root)
+    guards = config.get("guards", [])
+    version = triton_pin(toolchain)
+    buckets, items = [], []
+    for target in chosen:
+        current = config[pass_][target.bucket]
+        cands = space.candidates(arch.vendor, pass_, current)
+        decisions = prune.by_guards(cands, module, guards, pass_, target.bucket, version)
+        problem = targets.compile_problem(target, pass_)
+        for d in decisions:
+            if d.survives or d.candidate.id == space.CURRENT:
+                items.append({"key": f"{target.bucket}/{d.candidate.id}", "arch": arch_name, "pass": pass_,
+                              "problem": problem, "config": d.candidate.cfg})
+        buckets.append((target, decisions, problem))
+    compiled = compile_candidates(root, toolchain, arch, pipeline, items, executor, out, jobs)
+    plan_buckets = []
+    for target, decisions, problem in buckets:
+        mine = {k.split("/", 1)[1]: v for k, v in compiled.get("results", {}).items()
+                if k.split("/", 1)[0] == target.bucket}
+        prune.by_resources(decisions, mine, arch.limits)
+        plan_buckets.append({"bucket": target.bucket, "pass": pass_, "compile_problem": problem,
+                             "current": config[pass_][target.bucket], "summary": prune.summary(decisions),
+                             "shapes": target.shapes, "regressed": target.regressed,
+                             "report_rows": target.report_rows,
+                             "candidates": [d.to_json() for d in decisions]})
+    plan = {"schema": outdir.PLAN_SCHEMA, "arch": arch_name, "toolchain": toolchain_name, "pass": pass_,
+            "triton": compiled.get("triton") or version, "from_report": report_path,
+            "limits": {"shared_bytes": arch.limits.shared_bytes, "registers": arch.limits.registers}
+            if arch.limits else None,
+            "config_sha256": hashlib.sha256(rules.config_file(root, arch_name).read_bytes()).hexdigest(),
+            "seconds": round(time.monotonic() - started, 1), "buckets": plan_buckets}
+    outdir.write_json(Path(out) / "plan.json", plan)
+    return plan
+
+
+def compile_candidates(root: Path, toolchain, arch, pipeline, items: list[dict], executor, out: Path,
+                       jobs: int | None) -> dict:
+    """Run the compile payload on the CPU environment of the toolchain (no GPU needed)."""
+    backend, target_arch, warp = arch.compile_target
+    request = {"targets": {arch.name: f"{backend}:{target_arch}:{warp}"}, "items": items}
+    outdir.write_json(Path(out) / "compile" / "request.json", request)
+    result_path = Path(out) / "compile" / "results.json"
+    result_path.unlink(missing_ok=True)
+    env_toolchain = toolchain.on("cpu") if executor.name != "host" else toolchain.on(arch.platform)
+    args = ["compile", "--request", "compile/request.json", "--out", "compile/results.json",
+            "--cache-dir", str(cache_dir(root) / toolchain.name)]
+    if env_toolchain.lock and Path(env_toolchain.lock).is_file():
+        args += ["--lock-sha256", hashlib.sha256(Path(env_toolchain.lock).read_bytes()).hexdigest()]
+    if jobs:
+        args += ["--jobs", str(jobs)]
+    cpu_arch = next((a for a in pipeline.archs.values() if a.device == "none"), arch)
+    result = executor.run(PayloadRun(module="tune", args=tuple(args), toolchain=env_toolchain,
+                                     arch=cpu_arch if executor.name != "host" else arch, out_dir=Path(out),
+                                     timeout_s=COMPILE_TIMEOUT_S, log_prefix=f"tune compile {toolchain.name}"))
+    data = outdir.read_json(result_path)
+    if result.exit_code != 0 or data is None:
+        raise EnvironmentProblem(f"the tune compile payload ({toolchain.name}) produced no result "
+                                 f"(exit {result.exit_code}{', ' + result.error if result.error else ''})")
+    return data
+
+
+def render(plan: dict) -> str:
+    """The dry-run's text: per bucket the counts, then every candidate with resources and verdict."""
+    lines = [f"tune plan: {plan['arch']} {plan['toolchain']} (triton {plan['triton']}), {plan['pass']} pass, "
+             f"limits {plan['limits']}; {plan['seconds']} s"]
+    for b in plan["buckets"]:
+        s = b["summary"]
+        pruned = ", ".join(f"{rule} {n}" for rule, n in s["pruned"].items() if n) or "none"
+        lines.append(f"\n{b['bucket']}: {s['candidates']} candidates, pruned: {pruned}; {s['remaining']} remain; "
+                     f"{len(b['shapes'])} shapes ({len(b['regressed'])} regressed in the report); "
+                     f"compiled for {b['compile_problem']}")
+        # a replacement guard acts on many candidates alike: said once per bucket
+        shared = sorted({n for c in b["candidates"] for n in c["notes"] if " replaces " in n})
+        lines += [f"  note (candidates marked *): {n}" for n in _guard_names(shared)]
+        for c in b["candidates"]:
+            res = "; ".join(f"{k} smem {v['shared_bytes']} regs {v['registers']} spills {v['spills']}"
+                            for k, v in c["resources"].items()) or "not compiled"
+            verdict = f"PRUNED {c['pruned']}: {c['why']}" if c["pruned"] else "keep"
+            star = "*" if any(n in shared for n in c["notes"]) else " "
+            lines.append(f"  {c['id']:<21}{star} {str(c['config']):<64} {res:<44} {verdict}")
+            lines += [f"  {'':<22} note: {n}" for n in c["notes"] if n not in shared]
+    return "\n".join(lines) + "\n"
+
+
+def _guard_names(notes: list[str]) -> list[str]:
+    """One line per replacement guard (the notes differ only in the values replaced)."""
+    seen, out = set(), []
+    for note in notes:
+        name = note.split(" replaces ", 1)[0]
+        if name not in seen:
+            seen.add(name)
+            out.append(f"{name} replaces forbidden values by its fallback where it applies "
+                       f"{note.rsplit('where it applies ', 1)[-1]}")
+    return out

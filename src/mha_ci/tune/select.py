@@ -1,0 +1,67 @@
+"""Choosing a bucket's best candidate from its timing rows.
+
+Every row holds one shape's current config and candidates timed in one process, so each
+candidate's ratio to the current config is taken within one run. A candidate qualifies when it
+was timed on every shape of the bucket, computes what the current config computes (max_abs_diff
+within OUTPUT_TOLERANCE of the output's scale), and makes no shape slower than the gate's floor;
+the best is the qualifying one with the lowest geometric-mean ratio, if that is at least
+MIN_GAIN_PCT below 1 (less is within a run's noise and not worth a config change).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+CURRENT = "current"
+MIN_GAIN_PCT = 1.0
+OUTPUT_TOLERANCE = 2e-2       # bf16 outputs of two tilings differ in rounding, not more
+
+
+@dataclass
+class Score:
+    id: str
+    shapes: int = 0
+    ratios: dict = field(default_factory=dict)         # key -> candidate / current trimmed mean
+    disqualified: str = ""
+
+    @property
+    def geomean(self) -> float:
+        if not self.ratios:
+            return math.inf
+        return math.exp(sum(math.log(r) for r in self.ratios.values()) / len(self.ratios))
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "geomean_ratio": None if math.isinf(self.geomean) else round(self.geomean, 4),
+                "shapes": len(self.ratios), "worst_ratio": round(max(self.ratios.values()), 4) if self.ratios else None,
+                "disqualified": self.disqualified}
+
+
+def scores(rows: list[dict], candidate_ids: list[str], floor_pct: float) -> list[Score]:
+    out = []
+    for cid in candidate_ids:
+        score = Score(cid)
+        for row in rows:
+            cur, mine = row["configs"].get(CURRENT, {}), row["configs"].get(cid)
+            if mine is None:
+                score.disqualified = score.disqualified or f"not timed on {row['key']}"
+                continue
+            if mine.get("error") or not mine.get("stats") or not (cur.get("stats") or {}).get("trimmed_mean_us"):
+                score.disqualified = score.disqualified or f"failed on {row['key']}: {mine.get('error') or cur.get('error')}"
+                continue
+            diff = mine.get("max_abs_diff")
+            if diff is not None and diff > OUTPUT_TOLERANCE:
+                score.disqualified = score.disqualified or (
+                    f"output differs from the current config's on {row['key']} (max abs diff {diff:.3g})")
+            score.ratios[row["key"]] = mine["stats"]["trimmed_mean_us"] / cur["stats"]["trimmed_mean_us"]
+        worst = max(score.ratios.items(), key=lambda kv: kv[1], default=None)
+        if worst and worst[1] > 1 + floor_pct / 100 and not score.disqualified:
+            score.disqualified = f"{worst[0]} slower by {100 * (worst[1] - 1):.1f} % (gate floor {floor_pct} %)"
+        out.append(score)
+    return sorted(out, key=lambda s: (bool(s.disqualified), s.geomean))
+
+
+def best(ranked: list[Score]) -> Score | None:
+    for score in ranked:
+        if not score.disqualified and score.geomean <= 1 - MIN_GAIN_PCT / 100:
+            return score
+    return None

@@ -1,0 +1,183 @@
+"""The GPU phases of `mha-ci tune`: time, verify, check. Each reads and writes the out folder
+(mha_ci.tune.outdir) and stops starting work at the deadline; a later call resumes.
+
+time    per bucket, one payload process times the current config and up to --max-candidates
+        survivors on every shape of the bucket, in turns (mha_ci.payloads.tune);
+verify  the chosen config of each changed bucket against the current one, again in one process,
+        on every shape of the full workload set in that bucket (shapes of unchanged buckets run
+        the same code objects before and after: `propose` shows their records unchanged);
+check   the correctness job of the arch and toolchain, narrowed to the attention tests, on a
+        copy of the checkout whose config file holds the proposal.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mha_ci.errors import EnvironmentProblem, ExitCode
+from mha_ci.executors.base import PayloadRun
+from mha_ci.tune import outdir, select
+
+# The tests that exercise every bucket's forward and backward kernels on a GPU (the rest of the
+# suite checks validation, determinism and very large inputs, which a tile change cannot break
+# differently from what these catch).
+CHECK_SELECT = ("tests/mha/test_attention.py::*", "tests/mha/test_head_dim_classes.py::*")
+CHECK_TREE = ("src", "tests", "pipelines", "containers", "perf_baselines/test_durations", "pyproject.toml")
+
+
+def log(message: str) -> None:
+    print(f"mha-ci tune: {message}", file=sys.stderr, flush=True)
+
+
+def _method(root: Path, seconds_per_shape: float) -> dict:
+    from mha_ci.perf.config import load_perf_file, method
+
+    data = method(load_perf_file(root)).to_dict()
+    data["max_seconds_per_shape"] = seconds_per_shape
+    return data
+
+
+def _run_time_payload(executor, pipeline, plan: dict, rel: str, out: Path, deadline: float) -> None:
+    arch = pipeline.archs[plan["arch"]]
+    toolchain = pipeline.toolchains[plan["toolchain"]].on(arch.platform)
+    args = ["time", "--plan", f"{rel}/plan.json", "--method", "timing/method.json",
+            "--results", f"{rel}/results.jsonl", "--deadline", f"{deadline:.0f}"]
+    env = {}
+    if arch.compile_target is None:     # the interpreter arch: a CPU run of the same path
+        args += ["--device", "cpu"]
+        env["TRITON_INTERPRET"] = "1"
+    result = executor.run(PayloadRun(module="tune", args=tuple(args), toolchain=toolchain, arch=arch,
+                                     out_dir=out, env=env, timeout_s=max(60.0, deadline - time.time() + 600),
+                                     log_prefix=f"tune {rel}"))
+    if result.exit_code == ExitCode.ENVIRONMENT_ERROR:
+        raise EnvironmentProblem(f"tune timing ({rel}): environment problem (no GPU of arch {plan['arch']}, "
+                                 "or a pin mismatch); see its log")
+    if result.exit_code != 0:
+        log(f"{rel}: the timing payload exited {result.exit_code}; its finished shapes are kept")
+
+
+def timed_candidates(bucket: dict, max_candidates: int) -> dict:
+    """The survivors timed (plan order: nearest to the current config first)."""
+    chosen = [c for c in bucket["candidates"] if c["id"] != select.CURRENT and not c["pruned"]][:max_candidates]
+    return {c["id"]: c["config"] for c in chosen}
+
+
+def time_buckets(args, pipeline, executor, out: Path, plan: dict, deadline: float) -> None:
+    outdir.write_json(out / "timing" / "method.json", _method(args.root, args.seconds_per_shape))
+    for bucket in plan["buckets"]:
+        if time.time() >= deadline:
+            log(f"budget reached before timing {bucket['bucket']}")
+            return
+        configs = timed_candidates(bucket, args.max_candidates)
+        if not configs or not bucket["shapes"]:
+            log(f"{bucket['bucket']}: nothing to time ({len(configs)} candidates, {len(bucket['shapes'])} shapes)")
+            continue
+        rel = f"timing/{bucket['bucket']}"
+        outdir.write_json(out / rel / "plan.json", {"arch": plan["arch"], "shapes": bucket["shapes"],
+                                                    "configs": {bucket["bucket"]: configs}})
+        log(f"{bucket['bucket']}: timing {len(configs)} candidates + current on {len(bucket['shapes'])} shapes")
+        _run_time_payload(executor, pipeline, plan, rel, out, deadline)
+
+
+def choose(root: Path, out: Path, plan: dict, max_candidates: int) -> dict:
+    """Per bucket: the ranked scores and the choice; written to OUT/choices.json."""
+    from mha_ci.perf.config import gate_policy, load_perf_file
+
+    floor = gate_policy(load_perf_file(root)).floor_pct
+    result = {}
+    for bucket in plan["buckets"]:
+        rows = list(outdir.latest_rows(out / "timing" / bucket["bucket"] / "results.jsonl").values())
+        ids = list(timed_candidates(bucket, max_candidates))
+        measured = len(rows)
+        ranked = select.scores(rows, ids, floor) if rows else []
+        pick = select.best(ranked) if measured == len(bucket["shapes"]) else None
+        why = ("" if pick else "no candidate beat the current config on every shape" if measured == len(bucket["shapes"])
+               else f"only {measured} of {len(bucket['shapes'])} shapes measured: run again with the same --out")
+        result[bucket["bucket"]] = {
+            "measured": measured, "shapes": len(bucket["shapes"]), "ranking": [s.to_json() for s in ranked],
+            "choice": pick.id if pick else None, "why": why,
+            "config": next((c["config"] for c in bucket["candidates"] if pick and c["id"] == pick.id), None)}
+    outdir.write_json(out / "choices.json", result)
+    return result
+
+
+def verify(args, pipeline, executor, out: Path, plan: dict, choices: dict, deadline: float) -> bool:
+    """Time current vs chosen on the full set's shapes of the changed buckets; True when done."""
+    from mha_ci.perf.measure import selected_workloads
+    from mha_ci.perf.buckets import bucket_of
+    from mha_ci.tune.targets import shape_of
+
+    changed = {b: c["config"] for b, c in choices.items() if c["choice"]}
+    if not changed:
+        return True
+    _, workloads = selected_workloads(args.root, "full")
+    shapes = [{**w.to_dict(), "bucket": bucket_of(w.shape)} for w in workloads]
+    shapes = [s for s in shapes if s["bucket"] in changed]
+    for s in shapes:
+        shape_of(s)
+    outdir.write_json(out / "verify" / "plan.json", {"arch": plan["arch"], "shapes": shapes,
+                                                     "configs": {b: {"proposed": cfg} for b, cfg in changed.items()}})
+    log(f"verify: {len(shapes)} shapes of {', '.join(changed)} (the full set), current vs proposed")
+    _run_time_payload(executor, pipeline, plan, "verify", out, deadline)
+    return len(outdir.latest_rows(out / "verify" / "results.jsonl")) == len(shapes)
+
+
+def check(args, out: Path, plan: dict, choices: dict) -> int | None:
+    """The correctness job on a copy of the checkout holding the proposed config; its exit code."""
+    changed = {b: c["config"] for b, c in choices.items() if c["choice"]}
+    if not changed:
+        return None
+    tree = out / "check" / "tree"
+    shutil.rmtree(tree, ignore_errors=True)
+    for rel in CHECK_TREE:
+        src = Path(args.root) / rel
+        if src.is_dir():
+            shutil.copytree(src, tree / rel, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        elif src.is_file():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, tree / rel)
+    config_path = tree / "src" / "mha" / "configs" / f"{plan['arch']}-MHA-DEFAULT.json"
+    config_path.write_text(proposed_config_text(config_path.read_text(), plan["pass"], changed))
+    shards = [f"correctness-{plan['arch']}-{plan['toolchain']}-{i}of4" for i in range(1, 5)]
+    cmd = [sys.executable, "-m", "mha_ci", "--root", str(tree), "run", "--executor", args.executor,
+           "--pins", args.pins, "--out", str(out / "check" / "run"),
+           *[x for s in shards for x in ("--job", s)], *[x for g in CHECK_SELECT for x in ("--select", g)]]
+    log(f"check: {' '.join(cmd[3:])}")
+    code = subprocess.run(cmd, env=os.environ.copy(), check=False).returncode
+    outdir.write_json(out / "check" / "verdict.json", {"exit_code": code, "select": list(CHECK_SELECT),
+                                                       "jobs": shards, "configs": changed})
+    return code
+
+
+def proposed_config_text(text: str, pass_: str, changed: dict) -> str:
+    """The config file with the changed buckets' values replaced, everything else (order, notes,
+    guards, formatting of the other buckets) as it was."""
+    import json
+
+    data = json.loads(text)
+    for bucket, cfg in changed.items():
+        data[pass_][bucket] = {**data[pass_][bucket], **cfg}
+    return json.dumps(data, indent=2) + "\n"
+
+
+def gpu_phases(args, pipeline, executor, out: Path, plan: dict, deadline: float) -> int:
+    time_buckets(args, pipeline, executor, out, plan, deadline)
+    choices = choose(args.root, out, plan, args.max_candidates)
+    for bucket, c in choices.items():
+        log(f"{bucket}: {c['measured']}/{c['shapes']} shapes measured; choice: "
+            f"{c['choice'] or 'keep the current config'} {c['why']}")
+    if not any(c["choice"] for c in choices.values()):
+        return ExitCode.OK
+    if not verify(args, pipeline, executor, out, plan, choices, deadline):
+        log("verify incomplete (budget): run the same command again with the same --out")
+        return ExitCode.OK
+    if args.no_check:
+        log("correctness check skipped (--no-check); `propose` will say so")
+        return ExitCode.OK
+    code = check(args, out, plan, choices)
+    log(f"check: exit {code}; next: mha-ci tune propose --from {out}")
+    return ExitCode.OK if code in (None, 0) else ExitCode.GATE_FAILED

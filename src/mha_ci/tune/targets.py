@@ -1,0 +1,100 @@
+"""What to tune: the buckets and their shapes, from the workload set or from a compare report.
+
+The perf workloads time the forward pass only (mha_ci.perf.buckets.PERF_PASS), so GPU timing
+tunes forward buckets; backward buckets can be enumerated and pruned (`--pass backward
+--dry-run`) but have no timing path (docs/tune.md, "Gaps").
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mha_ci.errors import ConfigError
+from mha.config import BUCKETS
+from mha_ci.perf.buckets import bucket_of
+from mha_ci.perf.shapes import Shape
+
+
+@dataclass
+class BucketTarget:
+    bucket: str
+    shapes: list[dict] = field(default_factory=list)     # workload dicts: key, shape, bucket, tags
+    regressed: list[str] = field(default_factory=list)   # keys the report called regressions
+    report_rows: dict = field(default_factory=dict)      # key -> the report's row (baseline/candidate us)
+
+
+def shape_of(entry: dict) -> Shape:
+    data = dict(entry["shape"])
+    data["window"] = tuple(data.get("window", (-1, -1)))
+    return Shape(**data)
+
+
+def read_report(path: Path) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--from-report {path}: cannot read it: {exc}", key="--from-report") from None
+    if doc.get("schema") != "mha-ci.perf-compare/1":
+        raise ConfigError(f"--from-report {path}: not a mha-ci.perf-compare/1 file", key="--from-report")
+    return doc
+
+
+def choose(workloads: list[dict], buckets: list[str] | None, report: dict | None) -> list[BucketTarget]:
+    """Buckets named (or, with a report, those with regressions; else every bucket with shapes),
+    each with its shapes: with a report, the regressed ones; else all of the bucket's workloads.
+    Shapes are mapped to buckets by the bucket rule (perf/buckets.py), not by the report's label."""
+    for name in buckets or []:
+        if name not in BUCKETS:
+            raise ConfigError(f"unknown bucket {name!r}; known: {', '.join(BUCKETS)}", key="--bucket")
+    by_key = {w["key"]: w for w in workloads}
+    targets: dict[str, BucketTarget] = {}
+    if report is not None:
+        for row in report.get("shapes", []):
+            if row.get("status") != "regression":
+                continue
+            entry = by_key.get(row["key"]) or {"key": row["key"], "shape": row["shape"], "tags": row.get("tags", [])}
+            bucket = bucket_of(shape_of(entry))
+            if buckets and bucket not in buckets:
+                continue
+            target = targets.setdefault(bucket, BucketTarget(bucket))
+            target.shapes.append({**entry, "bucket": bucket})
+            target.regressed.append(row["key"])
+            target.report_rows[row["key"]] = row
+    else:
+        for entry in workloads:
+            bucket = bucket_of(shape_of(entry))
+            if buckets and bucket not in buckets:
+                continue
+            targets.setdefault(bucket, BucketTarget(bucket)).shapes.append({**entry, "bucket": bucket})
+    for name in buckets or []:
+        targets.setdefault(name, BucketTarget(name))
+    return [targets[b] for b in BUCKETS if b in targets]
+
+
+def compile_problem(target: BucketTarget, pass_: str) -> dict:
+    """The one problem each candidate is compiled for: the bucket's most demanding, i.e. its
+    shapes' largest head dims with every feature its shapes use (a bounded window, a sink, varlen
+    and causal add registers). Without shapes (a named bucket no workload reaches): its typical
+    problem."""
+    shapes = [shape_of(e) for e in target.shapes]
+    if not shapes:
+        return dict(TYPICAL[target.bucket])
+    widest = max(shapes, key=lambda s: (s.dqk + s.dv, s.dqk))
+    dtype = "fp32" if any(s.dtype == "fp32" for s in shapes) else widest.dtype
+    return {"dtype": dtype, "dqk": widest.dqk, "dv": widest.dv, "causal": any(s.causal for s in shapes),
+            "window": [128 if any(s.window[0] >= 0 for s in shapes) else -1,
+                       128 if any(s.window[1] > 0 for s in shapes) else -1],
+            "has_sink": any(s.sink for s in shapes), "varlen": any(s.layout == "varlen" for s in shapes),
+            "dropout": any(s.dropout_p > 0 for s in shapes)}
+
+
+# Typical problem per bucket (the checksums matrix's typical head dims), for buckets without shapes.
+TYPICAL = {
+    "default": {"dtype": "bf16", "dqk": 128, "dv": 128, "causal": True},
+    "small_head": {"dtype": "bf16", "dqk": 64, "dv": 64, "causal": True},
+    "large_head": {"dtype": "bf16", "dqk": 256, "dv": 256, "causal": True},
+    "pe": {"dtype": "bf16", "dqk": 192, "dv": 128, "causal": True},
+    "dropout_or_fp32": {"dtype": "bf16", "dqk": 128, "dv": 128, "causal": True, "dropout": True},
+    "large_head_dropout_or_fp32": {"dtype": "bf16", "dqk": 256, "dv": 256, "dropout": True},
+}
