@@ -4,8 +4,9 @@ Every row holds one shape's current config and candidates timed in one process, 
 candidate's ratio to the current config is taken within one run. A candidate qualifies when it
 was timed on every shape of the bucket, computes what the current config computes (max_abs_diff
 within OUTPUT_TOLERANCE of the output's scale), and makes no shape slower than the gate's floor;
-the best is the qualifying one with the lowest geometric-mean ratio, if that is at least
-MIN_GAIN_PCT below 1 (less is within a run's noise and not worth a config change).
+the best is the qualifying one with the lowest geometric-mean ratio over the goal shapes (the
+regressed ones a report named; else every shape), if that is at least MIN_GAIN_PCT below 1
+(less is within a run's noise and not worth a config change).
 """
 from __future__ import annotations
 
@@ -23,23 +24,35 @@ class Score:
     shapes: int = 0
     ratios: dict = field(default_factory=dict)         # key -> candidate / current trimmed mean
     disqualified: str = ""
+    goal: frozenset = frozenset()                      # keys the choice is ranked on; empty: all
 
     @property
     def geomean(self) -> float:
-        if not self.ratios:
-            return math.inf
-        return math.exp(sum(math.log(r) for r in self.ratios.values()) / len(self.ratios))
+        ratios = [r for k, r in self.ratios.items() if not self.goal or k in self.goal]
+        return _geomean(ratios)
+
+    @property
+    def geomean_all(self) -> float:
+        return _geomean(list(self.ratios.values()))
 
     def to_json(self) -> dict:
         return {"id": self.id, "geomean_ratio": None if math.isinf(self.geomean) else round(self.geomean, 4),
+                "geomean_ratio_all": None if math.isinf(self.geomean_all) else round(self.geomean_all, 4),
                 "shapes": len(self.ratios), "worst_ratio": round(max(self.ratios.values()), 4) if self.ratios else None,
                 "disqualified": self.disqualified}
 
 
-def scores(rows: list[dict], candidate_ids: list[str], floor_pct: float) -> list[Score]:
+def _geomean(ratios: list[float]) -> float:
+    if not ratios:
+        return math.inf
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+
+def scores(rows: list[dict], candidate_ids: list[str], floor_pct: float,
+           goal: frozenset = frozenset()) -> list[Score]:
     out = []
     for cid in candidate_ids:
-        score = Score(cid)
+        score = Score(cid, goal=goal)
         for row in rows:
             cur, mine = row["configs"].get(CURRENT, {}), row["configs"].get(cid)
             if mine is None:

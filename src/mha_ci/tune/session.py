@@ -93,7 +93,7 @@ def choose(root: Path, out: Path, plan: dict, max_candidates: int) -> dict:
         rows = list(outdir.latest_rows(out / "timing" / bucket["bucket"] / "results.jsonl").values())
         ids = list(timed_candidates(bucket, max_candidates))
         measured = len(rows)
-        ranked = select.scores(rows, ids, floor) if rows else []
+        ranked = select.scores(rows, ids, floor, frozenset(bucket.get("regressed") or [])) if rows else []
         pick = select.best(ranked) if measured == len(bucket["shapes"]) else None
         why = ("" if pick else "no candidate beat the current config on every shape" if measured == len(bucket["shapes"])
                else f"only {measured} of {len(bucket['shapes'])} shapes measured: run again with the same --out")

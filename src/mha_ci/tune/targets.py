@@ -42,8 +42,12 @@ def read_report(path: Path) -> dict:
 
 def choose(workloads: list[dict], buckets: list[str] | None, report: dict | None) -> list[BucketTarget]:
     """Buckets named (or, with a report, those with regressions; else every bucket with shapes),
-    each with its shapes: with a report, the regressed ones; else all of the bucket's workloads.
-    Shapes are mapped to buckets by the bucket rule (perf/buckets.py), not by the report's label."""
+    each with all of the bucket's workload shapes; with a report, its regressed shapes are named
+    (`regressed`: what the search tries to recover) and added if the workload set lacks them.
+    Every shape of the bucket is timed because one config serves them all: a candidate chosen on
+    the regressed shapes alone recovered them on the H200 and made the others of its bucket up to
+    1.7x slower (docs/tune.md). Shapes are mapped to buckets by the bucket rule (perf/buckets.py),
+    not by the report's label."""
     for name in buckets or []:
         if name not in BUCKETS:
             raise ConfigError(f"unknown bucket {name!r}; known: {', '.join(BUCKETS)}", key="--bucket")
@@ -61,6 +65,11 @@ def choose(workloads: list[dict], buckets: list[str] | None, report: dict | None
             target.shapes.append({**entry, "bucket": bucket})
             target.regressed.append(row["key"])
             target.report_rows[row["key"]] = row
+        for entry in workloads:
+            bucket = bucket_of(shape_of(entry))
+            found = targets.get(bucket)
+            if found is not None and entry["key"] not in found.regressed:
+                found.shapes.append({**entry, "bucket": bucket})
     else:
         for entry in workloads:
             bucket = bucket_of(shape_of(entry))

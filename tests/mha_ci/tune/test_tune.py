@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mha_ci.perf.buckets import select_bucket
+from mha_ci.perf.buckets import bucket_of, select_bucket
 from mha_ci.tune import outdir, prune, rules, select, space, targets
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -171,11 +171,38 @@ def test_resource_rules_in_order():
 def test_report_picks_regressed_buckets_and_shapes():
     chosen = targets.choose([], None, targets.read_report(REPORT))
     counts = {t.bucket: len(t.shapes) for t in chosen}
-    assert counts == {"default": 2, "small_head": 19, "pe": 1}
+    assert counts == {"default": 2, "small_head": 19, "pe": 1}     # no workloads given: the report's shapes
     small = next(t for t in chosen if t.bucket == "small_head")
     problem = targets.compile_problem(small, "forward")
     assert problem["dqk"] == 64 and problem["has_sink"] and problem["varlen"] and problem["window"][0] == 128
     assert targets.choose([], ["pe"], targets.read_report(REPORT))[0].bucket == "pe"
+
+
+def test_report_buckets_are_timed_on_all_their_workload_shapes():
+    """The regressed shapes are the goal; every other workload shape of the bucket is timed too,
+    so a candidate that recovers the regressions by slowing the rest cannot be chosen."""
+    from mha_ci.perf.measure import selected_workloads
+    _, workloads = selected_workloads(ROOT, "full")
+    entries = [w.to_dict() for w in workloads]
+    chosen = {t.bucket: t for t in targets.choose(entries, None, targets.read_report(REPORT))}
+    for target in chosen.values():
+        keys = [s["key"] for s in target.shapes]
+        assert len(keys) == len(set(keys))
+        assert set(target.regressed) <= set(keys) and len(keys) > len(target.regressed)
+        assert all(s["bucket"] == target.bucket for s in target.shapes)
+    everything = sum(1 for e in entries if bucket_of(targets.shape_of(e)) == "small_head")
+    assert len(chosen["small_head"].shapes) == everything
+
+
+def test_choice_is_ranked_on_the_goal_shapes_and_judged_on_all():
+    rows = [_row("regressed", 100, fast_on_goal=70, even=95),
+            _row("other", 100, fast_on_goal=110, even=95)]
+    ranked = select.scores(rows, ["fast_on_goal", "even"], 3.0, goal=frozenset({"regressed"}))
+    by_id = {s.id: s for s in ranked}
+    assert by_id["fast_on_goal"].geomean == pytest.approx(0.70)
+    assert "other slower by 10.0 %" in by_id["fast_on_goal"].disqualified
+    assert select.best(ranked).id == "even"
+    assert by_id["even"].to_json()["geomean_ratio_all"] == pytest.approx(0.95)
 
 
 def test_unknown_bucket_is_a_usage_error():
