@@ -21,14 +21,24 @@ BOOKKEEPING_FIELDS = ("config_hash", "source_hash", "inputs_hash", "bucket")
 class Difference:
     status: str                          # "added" | "removed" | "changed" | "note"
     key: str
-    old: CodeObjectRecord | None
-    new: CodeObjectRecord | None
+    old: CodeObjectRecord | None         # None exactly when added
+    new: CodeObjectRecord | None         # None exactly when removed
     deltas: dict = field(default_factory=dict)   # field -> (old, new)
     why: str = ""                        # filled by explain
 
+    def __post_init__(self) -> None:
+        # Readers tell the statuses apart by the records present; the two must agree.
+        expected = {"added": (False, True), "removed": (True, False)}.get(self.status, (True, True))
+        if (self.old is not None, self.new is not None) != expected:
+            raise ValueError(f"{self.status} difference {self.key} needs old/new present: {expected}")
+
     @property
     def record(self) -> CodeObjectRecord:
-        return self.new or self.old
+        """The fresh record, or the stored one of a removed variant."""
+        if self.new is not None:
+            return self.new
+        assert self.old is not None, "__post_init__: a difference has at least one record"
+        return self.old
 
     @property
     def is_failure(self) -> bool:
@@ -38,9 +48,9 @@ class Difference:
         """'gfx950 small_head forward fwd fp16-d64-plain: shared 16384 -> 106496, sha changed'"""
         r = self.record
         head = f"{r.arch} {r.bucket} {r.pass_ or '?'} {r.kernel or '?'} {r.label}"
-        if self.status == "added":
-            return f"{head}: new ({_resources(self.new)})"
-        if self.status == "removed":
+        if self.old is None:             # added
+            return f"{head}: new ({_resources(r)})"
+        if self.new is None:             # removed
             return f"{head}: gone (was {_resources(self.old)})"
         parts = [f"{name} {self.deltas[f][0]} -> {self.deltas[f][1]}"
                  for f, name in (*RESOURCE_FIELDS, ("bucket", "bucket")) if f in self.deltas]

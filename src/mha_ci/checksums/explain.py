@@ -40,8 +40,8 @@ def explain(differences: list[Difference], stored: CodeObjectFile, fresh: CodeOb
         reasons = []
         if toolchain_moved:
             reasons.append(f"toolchain: triton {old_triton} -> {new_triton}")
-        if d.status in ("changed", "note"):
-            a, b = d.old, d.new
+        a, b = d.old, d.new
+        if a is not None and b is not None:         # changed or note
             if a.config_hash != b.config_hash:
                 reasons.append(f"config {b.arch} {b.pass_}.{b.bucket} changed: {_config_change(a.config, b.config)}")
             if a.source_hash != b.source_hash:
@@ -55,18 +55,18 @@ def explain(differences: list[Difference], stored: CodeObjectFile, fresh: CodeOb
             if not reasons and d.status == "changed":
                 reasons.append("unexplained: same kernel source, config and toolchain (nondeterministic compile, "
                                "or launch code that computes other constexprs / specializations)")
-        elif d.status == "added":
+        elif b is not None:                         # added
             twin = removed.get(_unbucketed(d.key)) if d.key.count("/") >= 3 else None
             if twin is not None:
-                reasons.append(f"bucket move: {twin.old.bucket} -> {d.new.bucket} (the bucket rule changed)")
+                reasons.append(f"bucket move: {twin.record.bucket} -> {b.bucket} (the bucket rule changed)")
                 twin.why = f"bucket move: now {d.key}"
-            elif not any(r.arch == d.new.arch and r.kernel == d.new.kernel for r in stored.records):
-                reasons.append(f"new kernel {d.new.kernel} on {d.new.arch}")
+            elif not any(r.arch == b.arch and r.kernel == b.kernel for r in stored.records):
+                reasons.append(f"new kernel {b.kernel} on {b.arch}")
             else:
                 reasons.append("new variant (new problem in the matrix, or new constexpr combination)")
-        elif d.status == "removed" and not d.why:
-            if not any(r.arch == d.old.arch and r.kernel == d.old.kernel for r in fresh.records):
-                reasons.append(f"kernel {d.old.kernel} no longer exists on {d.old.arch}")
+        elif a is not None and not d.why:            # removed
+            if not any(r.arch == a.arch and r.kernel == a.kernel for r in fresh.records):
+                reasons.append(f"kernel {a.kernel} no longer exists on {a.arch}")
             else:
                 reasons.append("variant no longer produced (matrix or launch code changed)")
         if reasons:

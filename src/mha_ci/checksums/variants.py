@@ -140,7 +140,7 @@ def code_only(source: str) -> str:
 def _jit_callees(fn) -> list:
     """@triton.jit functions `fn` calls by a global name (or module.attr), one level."""
     from triton.runtime.jit import JITFunction
-    found = []
+    found: list = []
     try:
         tree = ast.parse(fn.src)
     except SyntaxError:
@@ -204,6 +204,7 @@ def _attr_descs(spec, fn, backend, aligned: dict) -> tuple:
         if ty == "constexpr" or param.do_not_specialize or ty.startswith(("fp", "bf")) or ty == "u1":
             continue      # the runtime attaches no attribute to these
         how = aligned.get(name, "none")
+        value: AlignedStandIn | int       # what a canonical input passes: a tensor or an integer
         if ty.startswith("*"):
             value, kind = AlignedStandIn(), "tensor"
         else:

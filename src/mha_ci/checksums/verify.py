@@ -62,6 +62,16 @@ class Computed:
     wall_s: float
 
 
+def _target_args(archs: list[Arch]) -> list[str]:
+    """`--target NAME=BACKEND:ARCH:WARP` for each arch that compiles code objects."""
+    args = []
+    for arch in archs:
+        if arch.compile_target is not None:
+            backend, target_arch, warp = arch.compile_target
+            args += ["--target", f"{arch.name}={backend}:{target_arch}:{warp}"]
+    return args
+
+
 def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Executor, out_dir: Path, *,
             job_arch: Arch | None = None, jobs: int | None = None, only: str | None = None,
             package: str = "mha", determinism_sample: int = 3, use_cache: bool = True,
@@ -75,9 +85,7 @@ def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Execu
         raise MhaCiError("no arch with a compile_target selected (archs.yaml compile_target)")
     relative = f"{OUT_SUBDIR}/{toolchain.name}.json"
     args = ["compute", "--out", relative, "--package", package, "--determinism-sample", str(determinism_sample)]
-    for arch in targets:
-        backend, target_arch, warp = arch.compile_target
-        args += ["--target", f"{arch.name}={backend}:{target_arch}:{warp}"]
+    args += _target_args(targets)
     if use_cache:
         args += ["--cache-dir", str(cache_dir(root) / toolchain.name)]
     if toolchain.lock and Path(toolchain.lock).is_file():
@@ -157,16 +165,16 @@ def judge(root: Path, computed: Computed, archs: list[Arch], only: str | None = 
     for cause, keys in sorted(by_cause.items(), key=lambda item: -len(item[1])):
         shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
         lines.append(f"  COMPILE ERROR ({len(keys)} variants) {shown}: {cause}")
-    if verdict.nondeterministic:
-        det = verdict.determinism
+    det = verdict.determinism
+    if det is not None and verdict.nondeterministic:
         lines.append("  NONDETERMINISTIC: two fresh compiles of the same variant gave different code objects:")
         for m in det.get("mismatches", []):
             lines.append(f"    {m['key']}: record {str(m['record'])[:16]}, fresh {str(m['fresh_1'])[:16]}, "
                          f"fresh {str(m['fresh_2'])[:16]}")
         for p in det.get("problems", []):
             lines.append(f"    {p.splitlines()[-1] if p else p}")
-    elif verdict.determinism is not None:
-        lines.append(f"  determinism: {len(verdict.determinism.get('sample', []))} variants compiled twice "
+    elif det is not None:
+        lines.append(f"  determinism: {len(det.get('sample', []))} variants compiled twice "
                      "in fresh processes: identical")
     verdict.table = "\n".join(lines) + "\n"
     return verdict

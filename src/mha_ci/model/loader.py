@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Generic, Iterable, Sequence
 
 
 from mha_ci.errors import ConfigError
@@ -24,7 +24,7 @@ from mha_ci.model.pipeline import (ARCH_PLACEHOLDER, EventRules, KindMatrix, Lab
                                    Pipeline, Selection, Triggers)
 from mha_ci.model.types import (EVENT_KINDS, JOB_KINDS, Arch, KnownFailure, PlatformEnvironment, ResourceLimits,
                                 Toolchain)
-from mha_ci.model.yaml_source import closest, line_of, load_yaml, validate
+from mha_ci.model.yaml_source import M, closest, line_of, load_yaml, validate
 
 PIPELINE_FILES = ("toolchains.yaml", "archs.yaml", "jobs.yaml", "triggers.yaml", "known_failures.yaml")
 REQUIRED_PINS = ("torch", "triton")          # what every payload imports; pincheck compares them
@@ -45,10 +45,10 @@ def register_file_validator(filename: str, fn: FileValidator) -> None:
 
 # -- loading ---------------------------------------------------------------------------------
 
-class _Source:
-    """One parsed file: its raw data (which remembers lines) and where it came from."""
+class _Source(Generic[M]):
+    """One parsed file: its raw data (which remembers lines), its spec and where it came from."""
 
-    def __init__(self, root: Path, filename: str, model: type) -> None:
+    def __init__(self, root: Path, filename: str, model: type[M]) -> None:
         self.path = root / "pipelines" / filename
         if not self.path.is_file():
             raise ConfigError(f"missing pipeline file pipelines/{filename}", file=str(self.path))
@@ -83,7 +83,7 @@ def load_pipeline(root: Path) -> Pipeline:
                     events=events, triggers=triggers, correctness_shards=shards)
 
 
-def _load_toolchains(source: _Source, root: Path) -> dict[str, Toolchain]:
+def _load_toolchains(source: _Source[schema.ToolchainsFile], root: Path) -> dict[str, Toolchain]:
     toolchains = {}
     for name, spec in source.spec.toolchains.items():
         cpu = _platform_environment(source, root, ("toolchains", name, "lock"), spec.lock, ())
@@ -97,7 +97,7 @@ def _load_toolchains(source: _Source, root: Path) -> dict[str, Toolchain]:
     return toolchains
 
 
-def _platform_environment(source: _Source, root: Path, loc: tuple, relative: str,
+def _platform_environment(source: _Source[Any], root: Path, loc: tuple, relative: str,
                           only: tuple[str, ...]) -> PlatformEnvironment:
     lock = root / relative
     if not lock.resolve().is_relative_to(Path(root).resolve()):   # nor read, nor quoted in the error
@@ -119,7 +119,7 @@ def _platform_environment(source: _Source, root: Path, loc: tuple, relative: str
                                only=chosen)
 
 
-def _load_archs(source: _Source) -> dict[str, Arch]:
+def _load_archs(source: _Source[schema.ArchsFile]) -> dict[str, Arch]:
     archs = {}
     for name, spec in source.spec.archs.items():
         target = spec.compile_target
@@ -132,7 +132,7 @@ def _load_archs(source: _Source) -> dict[str, Arch]:
     return archs
 
 
-def _arch_list(source: _Source, loc: tuple, names: Sequence[str], arch_names: tuple[str, ...]) -> tuple[str, ...]:
+def _arch_list(source: _Source[Any], loc: tuple, names: Sequence[str], arch_names: tuple[str, ...]) -> tuple[str, ...]:
     """Checked arch names, in archs.yaml order (so plans come out in one order)."""
     seen = set()
     for index, name in enumerate(names):
@@ -143,13 +143,13 @@ def _arch_list(source: _Source, loc: tuple, names: Sequence[str], arch_names: tu
     return tuple(a for a in arch_names if a in seen)
 
 
-def _kind_list(source: _Source, loc: tuple, names: Sequence[str]) -> tuple[str, ...]:
+def _kind_list(source: _Source[Any], loc: tuple, names: Sequence[str]) -> tuple[str, ...]:
     for index, name in enumerate(names):
         source.check_name((*loc, index), "job kind", name, JOB_KINDS)
     return tuple(k for k in JOB_KINDS if k in names)
 
 
-def _selection(source: _Source, loc: tuple, kinds: Sequence[str], archs: Any,
+def _selection(source: _Source[Any], loc: tuple, kinds: Sequence[str], archs: Any,
                arch_names: tuple[str, ...]) -> Selection:
     kind_names = _kind_list(source, (*loc, "kinds"), kinds)
     if archs == "all":
@@ -159,60 +159,61 @@ def _selection(source: _Source, loc: tuple, kinds: Sequence[str], archs: Any,
     return Selection(kinds=kind_names, archs=_arch_list(source, (*loc, "archs"), archs, arch_names))
 
 
-def _load_jobs(source: _Source, arch_names: tuple[str, ...]) -> tuple[dict[str, KindMatrix], dict[str, EventRules]]:
+def _load_jobs(source: _Source[schema.JobsFile], arch_names: tuple[str, ...]) -> tuple[dict[str, KindMatrix], dict[str, EventRules]]:
     kinds = {}
     for kind in JOB_KINDS:
-        spec: schema.KindSpec = getattr(source.spec.kinds, kind)
+        kind_spec: schema.KindSpec = getattr(source.spec.kinds, kind)
         loc = ("kinds", kind)
-        archs = _arch_list(source, (*loc, "archs"), spec.archs, arch_names)
-        for arch in spec.unavailable:
+        archs = _arch_list(source, (*loc, "archs"), kind_spec.archs, arch_names)
+        for arch in kind_spec.unavailable:
             source.check_name((*loc, "unavailable", arch), "arch", arch, arch_names)
             if arch in archs:
                 raise source.error((*loc, "unavailable", arch), f"arch '{arch}' is both in archs and unavailable")
-        unavailable = tuple((a, spec.unavailable[a]) for a in arch_names if a in spec.unavailable)
-        kinds[kind] = KindMatrix(kind=kind, archs=archs, sharded=spec.sharded, unavailable=unavailable)
+        unavailable = tuple((a, kind_spec.unavailable[a]) for a in arch_names if a in kind_spec.unavailable)
+        kinds[kind] = KindMatrix(kind=kind, archs=archs, sharded=kind_spec.sharded, unavailable=unavailable)
 
     events = {}
     for event in EVENT_KINDS:
-        spec: schema.EventSpec = getattr(source.spec.events, event)
+        event_spec: schema.EventSpec = getattr(source.spec.events, event)
         loc = ("events", event)
         runs = tuple(_selection(source, (*loc, "runs", i), run.kinds, run.archs, arch_names)
-                     for i, run in enumerate(spec.runs))
-        docs_archs = spec.documentation_only_archs
-        if docs_archs is not None:
-            docs_archs = _arch_list(source, (*loc, "documentation_only_archs"), docs_archs, arch_names)
+                     for i, run in enumerate(event_spec.runs))
+        docs_archs = None
+        if event_spec.documentation_only_archs is not None:
+            docs_archs = _arch_list(source, (*loc, "documentation_only_archs"), event_spec.documentation_only_archs,
+                                    arch_names)
         events[event] = EventRules(
-            event=event, runs=runs, branches=tuple(spec.branches) if spec.branches is not None else None,
-            labels=spec.labels, paths=spec.paths, skip_draft=spec.skip_draft,
+            event=event, runs=runs, branches=tuple(event_spec.branches) if event_spec.branches is not None else None,
+            labels=event_spec.labels, paths=event_spec.paths, skip_draft=event_spec.skip_draft,
             documentation_only_archs=docs_archs)
     return kinds, events
 
 
-def _load_triggers(source: _Source, kinds: dict[str, KindMatrix], arch_names: tuple[str, ...]) -> Triggers:
+def _load_triggers(source: _Source[schema.TriggersFile], kinds: dict[str, KindMatrix], arch_names: tuple[str, ...]) -> Triggers:
     spec: schema.TriggersFile = source.spec
     labels = []
-    for label, rule in spec.labels.items():
-        loc = ("labels", label)
+    for label, label_rule in spec.labels.items():
+        label_loc = ("labels", label)
         if not label.startswith(spec.label_prefix):
-            raise source.error(loc, f"label '{label}' does not start with label_prefix '{spec.label_prefix}'")
-        labels.append(LabelRule(label=label, selection=_selection(source, loc, rule.kinds, rule.archs, arch_names),
-                                description=rule.description))
+            raise source.error(label_loc, f"label '{label}' does not start with label_prefix '{spec.label_prefix}'")
+        selection = _selection(source, label_loc, label_rule.kinds, label_rule.archs, arch_names)
+        labels.append(LabelRule(label=label, selection=selection, description=label_rule.description))
     paths = []
-    for index, rule in enumerate(spec.paths):
-        loc = ("paths", index)
-        for p_index, pattern in enumerate(rule.patterns):
+    for index, path_rule in enumerate(spec.paths):
+        path_loc = ("paths", index)
+        for p_index, pattern in enumerate(path_rule.patterns):
             stripped = pattern.replace(ARCH_PLACEHOLDER, "")
             if "{" in stripped or "}" in stripped:
-                raise source.error((*loc, "patterns", p_index),
+                raise source.error((*path_loc, "patterns", p_index),
                                    f"pattern '{pattern}': the only placeholder is {ARCH_PLACEHOLDER}")
-        paths.append(PathRule(patterns=tuple(rule.patterns),
-                              selection=_selection(source, loc, rule.kinds, rule.archs, arch_names),
-                              description=rule.description))
+        paths.append(PathRule(patterns=tuple(path_rule.patterns),
+                              selection=_selection(source, path_loc, path_rule.kinds, path_rule.archs, arch_names),
+                              description=path_rule.description))
     return Triggers(label_prefix=spec.label_prefix, labels=tuple(labels),
                     documentation=tuple(spec.documentation), paths=tuple(paths))
 
 
-def _load_known_failures(source: _Source, arch_names: tuple[str, ...],
+def _load_known_failures(source: _Source[schema.KnownFailuresFile], arch_names: tuple[str, ...],
                          toolchain_names: tuple[str, ...]) -> tuple[KnownFailure, ...]:
     failures, seen = [], set()
     for index, entry in enumerate(source.spec.known_failures):

@@ -24,16 +24,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 os.environ["TRITON_DISABLE_LINE_INFO"] = "1"   # before anything imports triton (docs/facts.md: the line-info path leak)
 
 from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_NO_RESULT, EXIT_OK, out_path  # noqa: E402
 
+if TYPE_CHECKING:
+    from mha_ci.checksums.compile import CompileTarget
+
 SAMPLE_PREFERENCE = ("/forward/", "fp16-d128-causal")
 MAX_FAILURES_SHOWN = 5
 
 
-def _targets(values: list[str]) -> list[tuple[str, "object"]]:
+def _targets(values: list[str]) -> list[tuple[str, CompileTarget]]:
     from mha_ci.checksums.compile import CompileTarget
     out = []
     for value in values:
@@ -64,13 +68,21 @@ def _variants(targets, package: str, only: str | None):
     return out
 
 
+def _package_dir(package: str) -> Path:
+    import importlib
+    package_file = importlib.import_module(package).__file__
+    if package_file is None:
+        raise RuntimeError(f"{package} is a namespace package: no sources to hash and compile")
+    return Path(package_file).parent
+
+
 def compute(args) -> int:
     from mha_ci.checksums.cache import CompileCache, cache_key, file_digest, tree_digest
-    from mha_ci.checksums.compile import ToolchainEnvironmentError, cleanup_triton_cache, compile_all, \
-        prepare_environment
-    from mha_ci.checksums.records import CodeObjectFile, CodeObjectRecord, dump, error_summary
+    from mha_ci.checksums.compile import ToolchainEnvironmentError, cleanup_triton_cache, prepare_environment
+    from mha_ci.checksums.records import CodeObjectFile, dump
     from mha_ci.payloads import pincheck
 
+    # 1. the environment: pins, one Triton cache, the targets' compilers
     pincheck.enforce()
     started = time.monotonic()
     targets = _targets(args.target)
@@ -81,11 +93,12 @@ def compute(args) -> int:
         return EXIT_ENVIRONMENT
     import importlib
     import triton
-    package_dir = Path(importlib.import_module(args.package).__file__).parent
+    package_dir = _package_dir(args.package)
     toolchain = _toolchain_info(args, package_dir)
     toolchain["triton"] = triton.__version__
     _log(f"triton {triton.__version__}, {', '.join(f'{k}={v}' for k, v in chosen.items())}")
 
+    # 2. the variants, and the cache key of each
     variants = _variants(targets, args.package, args.only)
     enumerated = time.monotonic()
     _log(f"{len(variants)} variants for {', '.join(a for a, _ in targets)} (enumerated in {enumerated - started:.1f} s)")
@@ -97,6 +110,8 @@ def compute(args) -> int:
     cache = CompileCache(Path(args.cache_dir) if args.cache_dir else None)
     keys = {v.key: cache_key(sources=sources, config=config_digest[v.arch], identity=v.task.identity(),
                              toolchain=key_toolchain) for v in variants}
+
+    # 3. compile what the cache does not hold
     results, todo = {}, []
     for variant in variants:
         hit = cache.get(keys[variant.key])
@@ -105,6 +120,39 @@ def compute(args) -> int:
         else:
             todo.append(variant.task)
     _log(f"{len(results)} from cache, {len(todo)} to compile on {args.jobs} processes")
+    _compile(todo, args.jobs, results, cache, keys, enumerated)
+    compiled_at = time.monotonic()
+
+    # 4. records, and the determinism sample
+    records, errors = _records(variants, results)
+    determinism = check_determinism(args, records, variants) if args.determinism_sample > 0 else None
+    if determinism is not None and tree_digest(package_dir) != sources:
+        # the fresh compiles saw other sources than the main run: their disagreement is an edit
+        # made during the run, not a nondeterministic compiler
+        determinism["agree"] = False
+        determinism["problems"].append(f"the kernel package {package_dir} changed during the run; run again")
+
+    # 5. the file, and the exit
+    stats = {"variants": len(variants), "cached": len(variants) - len(todo), "compiled": len(todo),
+             "jobs": args.jobs, "enumerate_s": round(enumerated - started, 2),
+             "compile_s": round(compiled_at - enumerated, 2),
+             "determinism_s": round(time.monotonic() - compiled_at, 2),
+             "total_s": round(time.monotonic() - started, 2)}
+    dump(CodeObjectFile(toolchain, tuple(records), determinism, tuple(errors), stats), out_path(args.out))
+    cleanup_triton_cache()
+    _log(f"{len(records)} records, {len(errors)} compile errors, wrote {out_path(args.out)} "
+         f"({stats['total_s']:.1f} s: {stats['cached']} cached, {stats['compiled']} compiled)")
+    if errors:
+        return EXIT_GATE_FAILED
+    if determinism is not None and not determinism["agree"]:
+        return EXIT_GATE_FAILED
+    return EXIT_OK
+
+
+def _compile(todo: list, jobs: int, results: dict[str, dict], cache, keys: dict[str, str], since: float) -> None:
+    """Compile `todo` on `jobs` processes into `results` (key -> entry), caching each entry as it lands."""
+    from mha_ci.checksums.compile import compile_all
+    from mha_ci.checksums.records import error_summary
     done = [0]
     failed: list[str] = []
     last = [time.monotonic()]
@@ -124,11 +172,15 @@ def compute(args) -> int:
                 _log(f"FAILED {result.key}: {error_summary(result.error)[:300]}")
         if time.monotonic() - last[0] > 15 or done[0] == len(todo):
             last[0] = time.monotonic()
-            _log(f"compiled {done[0]}/{len(todo)} ({last[0] - enumerated:.0f} s)")
+            _log(f"compiled {done[0]}/{len(todo)} ({last[0] - since:.0f} s)")
 
-    compile_all(todo, args.jobs, progress)
-    compiled_at = time.monotonic()
+    compile_all(todo, jobs, progress)
 
+
+def _records(variants: list, results: dict[str, dict]) -> tuple[list, list[dict]]:
+    """The code-object record of each variant that compiled, and {key, error} of each that did not
+    (logged by cause)."""
+    from mha_ci.checksums.records import CodeObjectRecord, error_summary
     records, errors = [], []
     for variant in variants:
         entry = results[variant.key]
@@ -147,26 +199,7 @@ def compute(args) -> int:
             by_cause.setdefault(error_summary(error["error"])[:200], []).append(error["key"])
         for cause, keys in sorted(by_cause.items(), key=lambda item: -len(item[1])):
             _log(f"{len(keys)} variants failed to compile with: {cause} (e.g. {keys[0]})")
-    determinism = check_determinism(args, records, variants) if args.determinism_sample > 0 else None
-    if determinism is not None and tree_digest(package_dir) != sources:
-        # the fresh compiles saw other sources than the main run: their disagreement is an edit
-        # made during the run, not a nondeterministic compiler
-        determinism["agree"] = False
-        determinism["problems"].append(f"the kernel package {package_dir} changed during the run; run again")
-    stats = {"variants": len(variants), "cached": len(variants) - len(todo), "compiled": len(todo),
-             "jobs": args.jobs, "enumerate_s": round(enumerated - started, 2),
-             "compile_s": round(compiled_at - enumerated, 2),
-             "determinism_s": round(time.monotonic() - compiled_at, 2),
-             "total_s": round(time.monotonic() - started, 2)}
-    dump(CodeObjectFile(toolchain, tuple(records), determinism, tuple(errors), stats), out_path(args.out))
-    cleanup_triton_cache()
-    _log(f"{len(records)} records, {len(errors)} compile errors, wrote {out_path(args.out)} "
-         f"({stats['total_s']:.1f} s: {stats['cached']} cached, {stats['compiled']} compiled)")
-    if errors:
-        return EXIT_GATE_FAILED
-    if determinism is not None and not determinism["agree"]:
-        return EXIT_GATE_FAILED
-    return EXIT_OK
+    return records, errors
 
 
 def pick_sample(records, count: int) -> list[str]:

@@ -98,7 +98,7 @@ def main(argv=None) -> int:
             failures += 0 if same else 1
             continue
         if len(compiled) != 1:
-            print(f"FAIL {name}: expected one JIT-compiled kernel in {spec.fn.fn.__qualname__}'s cache, found {len(compiled)}")
+            print(f"FAIL {name}: expected one JIT-compiled kernel in {task.qualname}'s cache, found {len(compiled)}")
             for kernel in compiled:
                 src = getattr(kernel, "src", None)
                 print(f"   runtime attrs {getattr(src, 'attrs', '?')} constants {getattr(src, 'constants', '?')}")

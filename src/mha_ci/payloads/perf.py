@@ -397,57 +397,26 @@ def _measure_all(args, pins, shapes_doc, method, entries, lock) -> int:
         lock.wait(0)
     import torch
 
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("perf payload: no CUDA/HIP device visible (use --device cpu for a harness check)", file=sys.stderr)
+    refused = _device_refused(torch, args)
+    if refused:
+        print(f"perf payload: {refused}", file=sys.stderr)
         return EXIT_ENVIRONMENT
-    if args.device == "cuda" and args.arch:
-        found = prov.device_facts(torch, "cuda")
-        if found["arch"] != args.arch:
-            print(f"perf payload: the job is for {args.arch}, but the GPU ({found['gpu']}) is {found['arch']}",
-                  file=sys.stderr)
-            return EXIT_ENVIRONMENT
     timer = CudaTimer(torch, method.l2_flush) if args.device == "cuda" else WallTimer()
     smi_start = prov.smi_sample() if args.device == "cuda" else None
     if lock is not None:
         lock.done(0)
     kernel_bucket = _kernel_bucket_rule() if args.kernel == "mha" else None
-    results, dumps, failures = [], [], 0
+    results: list[dict] = []
+    dumps: list[dict] = []
+    failures = 0
     progress = Progress(len(entries))
     with torch.no_grad():
         for n, entry in enumerate(entries, 1):
-            shape, key = entry["shape"], entry["key"]
-            record = {k: entry[k] for k in ("key", "shape", "bucket", "tags", "origins") if k in entry}
-            if kernel_bucket is not None:
-                record["kernel_bucket"] = kernel_bucket("forward", shape["dqk"], shape["dv"], shape["dtype"],
-                                                        shape.get("dropout_p", 0.0))
-            plant = planted(key)
-            inputs = call = None
-            if lock is not None:
-                lock.wait(n)
-            try:
-                inputs = make_inputs(torch, shape, args.device, method.seed + n)
-                call = KERNELS[args.kernel](torch, shape, inputs)
-                reps, facts = measure_shape(torch, timer, call, method, plant)
-                # Rounded to the ns before the stats, so a --dump-dispatches file reproduces them exactly.
-                reps = [[round(t, 3) for t in rep] for rep in reps]
-                stats = shape_stats(reps, method)
-                record.update(stats=stats.to_dict(), error=None, planted_pct=plant, **facts)
-                dumps.append({"key": key, "reps": reps})
-                note = f"{stats.trimmed_mean_us:10.1f} us  noise {stats.noise_pct:4.1f} %"
-                if stats.stalls:
-                    note += f"  STALL {max(s.us for s in stats.stalls):.0f} us"
-            except Exception as exc:   # one bad shape must not lose the others' results
+            record, note = _measure_entry(torch, timer, args, method, n, entry, kernel_bucket, lock, dumps)
+            if record["error"] is not None:
                 failures += 1
-                record.update(stats=None, error=f"{type(exc).__name__}: {exc}"[:500], planted_pct=plant)
-                note = f"FAILED {type(exc).__name__}"
-            finally:
-                inputs = call = None
-                if args.device == "cuda":
-                    torch.cuda.empty_cache()    # every timed rep ended synchronised
-                if lock is not None:
-                    lock.done(n)
             results.append(record)
-            progress.update(n, key, note)
+            progress.update(n, entry["key"], note)
     progress.close()
     smi_end = prov.smi_sample() if args.device == "cuda" else None
     provenance = prov.collect(torch, args.device, toolchain=args.toolchain, pins=pins, arch=args.arch,
@@ -479,6 +448,54 @@ def _measure_all(args, pins, shapes_doc, method, entries, lock) -> int:
     print(f"perf payload: {len(results) - failures}/{len(results)} shapes measured, {failures} failed -> {out}",
           file=sys.stderr)
     return EXIT_NO_RESULT if results and failures == len(results) else EXIT_OK
+
+
+def _device_refused(torch, args) -> str | None:
+    """Why this process cannot measure on the device it was given; None when it can."""
+    if args.device == "cuda" and not torch.cuda.is_available():
+        return "no CUDA/HIP device visible (use --device cpu for a harness check)"
+    if args.device == "cuda" and args.arch:
+        found = prov.device_facts(torch, "cuda")
+        if found["arch"] != args.arch:
+            return f"the job is for {args.arch}, but the GPU ({found['gpu']}) is {found['arch']}"
+    return None
+
+
+def _measure_entry(torch, timer, args, method: Method, n: int, entry: dict, kernel_bucket, lock,
+                   dumps: list[dict]) -> tuple[dict, str]:
+    """The result record of the n-th shape (its error set when it failed) and its progress note;
+    the rounded dispatch times of a measured shape go to `dumps`."""
+    shape, key = entry["shape"], entry["key"]
+    record = {k: entry[k] for k in ("key", "shape", "bucket", "tags", "origins") if k in entry}
+    if kernel_bucket is not None:
+        record["kernel_bucket"] = kernel_bucket("forward", shape["dqk"], shape["dv"], shape["dtype"],
+                                                shape.get("dropout_p", 0.0))
+    plant = planted(key)
+    inputs = call = None
+    if lock is not None:
+        lock.wait(n)
+    try:
+        inputs = make_inputs(torch, shape, args.device, method.seed + n)
+        call = KERNELS[args.kernel](torch, shape, inputs)
+        reps, facts = measure_shape(torch, timer, call, method, plant)
+        # Rounded to the ns before the stats, so a --dump-dispatches file reproduces them exactly.
+        reps = [[round(t, 3) for t in rep] for rep in reps]
+        stats = shape_stats(reps, method)
+        record.update(stats=stats.to_dict(), error=None, planted_pct=plant, **facts)
+        dumps.append({"key": key, "reps": reps})
+        note = f"{stats.trimmed_mean_us:10.1f} us  noise {stats.noise_pct:4.1f} %"
+        if stats.stalls:
+            note += f"  STALL {max(s.us for s in stats.stalls):.0f} us"
+    except Exception as exc:   # one bad shape must not lose the others' results
+        record.update(stats=None, error=f"{type(exc).__name__}: {exc}"[:500], planted_pct=plant)
+        note = f"FAILED {type(exc).__name__}"
+    finally:
+        inputs = call = None
+        if args.device == "cuda":
+            torch.cuda.empty_cache()    # every timed rep ended synchronised
+        if lock is not None:
+            lock.done(n)
+    return record, note
 
 
 def _kernel_bucket_rule():

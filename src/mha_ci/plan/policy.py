@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from mha_ci.errors import ConfigError
-from mha_ci.model.pipeline import ARCH_PLACEHOLDER, EventRules, Pipeline, Selection
+from mha_ci.model.pipeline import ARCH_PLACEHOLDER, EventRules, LabelRule, Pipeline, Selection
 from mha_ci.model.types import Event, Plan, PlannedJob, SkippedJob
 from mha_ci.model.yaml_source import closest
 from mha_ci.plan.matrix import full_matrix
@@ -39,15 +39,17 @@ def plan(pipeline: Pipeline, event: Event) -> Plan:
     _check_labels(pipeline, event)
     rules = pipeline.events[event.kind]
     blocked = _blocked(rules, event)
-    decision = _Decision(pipeline, rules, event) if blocked is None else None
+    if blocked is not None:
+        return Plan(jobs=(), skipped=tuple(
+            SkippedJob(entry.job.id, entry.unavailable if entry.unavailable is not None else blocked)
+            for entry in full_matrix(pipeline)))
+    decision = _Decision(pipeline, rules, event)
     jobs, skipped = [], []
     for entry in full_matrix(pipeline):
         job = entry.job
         pair = (job.kind, job.arch)
         if entry.unavailable is not None:
             skipped.append(SkippedJob(job.id, entry.unavailable))
-        elif decision is None:
-            skipped.append(SkippedJob(job.id, blocked))
         elif decision.chosen.get(pair):
             jobs.append(PlannedJob(job, "; ".join(dict.fromkeys(decision.chosen[pair]))))
         else:
@@ -101,7 +103,7 @@ class _Decision:
         if rules.labels != "ignore":
             self._apply_labels([r for r in triggers.labels if r.selection.selected_only], labels_on)
 
-    def _pairs(self, selection: Selection, arch: str):
+    def _pairs(self, selection: Selection, arch: str) -> list[Pair]:
         return [(kind, arch) for kind in selection.kinds if (kind, arch) in self.available]
 
     def _code_paths(self) -> tuple[str, ...] | None:
@@ -112,8 +114,8 @@ class _Decision:
         return tuple(p for p in self.event.changed_files if not any(path_matches(p, d) for d in docs))
 
     def _apply_runs(self, runs_on: bool) -> None:
-        keep = self.rules.documentation_only_archs
-        docs_only = keep is not None and self.code_paths == ()
+        # A change that touches only documentation keeps only these archs; None: it keeps every arch.
+        keep = self.rules.documentation_only_archs if self.code_paths == () else None
         for run in self.rules.runs:
             for arch in run.archs:
                 for pair in self._pairs(run, arch):
@@ -121,7 +123,7 @@ class _Decision:
                         self.missed_runs[pair].append(f"{self.event.kind} with labels runs only what the labels select")
                         continue
                     self.selected.add(arch)
-                    if docs_only and arch not in keep:
+                    if keep is not None and arch not in keep:
                         changed = "only documentation changed" if self.event.changed_files else "no paths changed"
                         self.missed_runs[pair].append(f"{changed}: jobs run only on {', '.join(keep) or 'no arch'}")
                         continue
@@ -137,7 +139,7 @@ class _Decision:
             return "manual run without labels: every arch"
         return f"{event.kind}: every arch"
 
-    def _apply_labels(self, label_rules, labels_on: bool) -> None:
+    def _apply_labels(self, label_rules: list[LabelRule], labels_on: bool) -> None:
         for rule in label_rules:
             present = labels_on and rule.label in self.event.labels
             for arch in rule.selection.archs:
@@ -159,6 +161,7 @@ class _Decision:
                 if not pairs:
                     continue
                 patterns = tuple(dict.fromkeys(p.replace(ARCH_PLACEHOLDER, arch) for p in rule.patterns))
+                reason: str | None
                 if self.code_paths is None:
                     more = f" (+{len(patterns) - 1} more)" if len(patterns) > 1 else ""
                     reason = f"path {patterns[0]}{more}: changed files unknown, every path counts as changed"

@@ -7,6 +7,7 @@ that are not sharded; `shards` is the shard count or null.
 from __future__ import annotations
 
 import json
+from typing import Sequence
 
 from mha_ci.model.types import Plan
 
@@ -23,7 +24,7 @@ def plan_to_json_text(plan: Plan) -> str:
     return json.dumps(plan_to_json(plan), indent=2) + "\n"
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
     # The last column (the reason) is not padded: it is the long one, and trailing blanks help nobody.
     return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]) for row in (header, *rows)]

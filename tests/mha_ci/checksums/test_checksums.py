@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from mha_ci.checksums import records
-from mha_ci.checksums.diff import compare, render
+from mha_ci.checksums.diff import Difference, compare, render
 from mha_ci.checksums.explain import explain
 from mha_ci.checksums.records import CodeObjectFile, CodeObjectRecord
 from mha_ci.checksums.resources import CodeObjectError, code_object_resources, cubin_resources, hsaco_resources
@@ -151,6 +151,17 @@ def test_same_code_object_with_moved_config_is_a_note_not_a_failure():
     assert [d.status for d in diffs] == ["note"] and not diffs[0].is_failure
     table = render(diffs, title="t", total=1)
     assert "0 changed, 0 added, 0 removed of 1 variants (1 notes)" in table
+
+
+def test_difference_records_must_match_its_status():
+    # explain and describe tell added / removed / changed apart by the records present
+    with pytest.raises(ValueError, match="added difference"):
+        Difference("added", rec().key, rec(), rec())
+    with pytest.raises(ValueError, match="removed difference"):
+        Difference("removed", rec().key, None, rec())
+    with pytest.raises(ValueError, match="changed difference"):
+        Difference("changed", rec().key, rec(), None)
+    assert Difference("removed", rec().key, rec(), None).record == rec()
 
 
 def test_render_lists_why():

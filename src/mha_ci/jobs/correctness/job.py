@@ -23,14 +23,15 @@ import os
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+from typing import Callable
 
 from mha_ci.baselines import test_durations
 from mha_ci.errors import ExitCode
-from mha_ci.executors.base import Executor, PayloadRun
+from mha_ci.executors.base import Executor, PayloadResult, PayloadRun
 from mha_ci.jobs import JobResult
 from mha_ci.jobs.correctness import sharding
 from mha_ci.model.pipeline import Pipeline
-from mha_ci.model.types import Job
+from mha_ci.model.types import Arch, Job
 
 TESTS_DIR = "tests/mha"
 DEFAULT_TIMEOUT_S = 3600.0
@@ -80,24 +81,55 @@ def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> 
     result = JobResult(job_id=job.id, kind=job.kind, verdict="fail", exit_code=ExitCode.GATE_FAILED)
 
     # 1. collect
+    tests = _collect(executor, payload, job_dir, rel, result, started)
+    if not tests:
+        return _finish(result, started)
+
+    # 2. shard
+    mine = _shard(tests, pipeline, arch, toolchain.name, index, count, job_dir, result)
+    if not mine:
+        return _finish(result, started)
+
+    # 3. run
+    junit_rel = f"junit/{job.id}.xml"
+    args = ["run", "--tests", f"{rel}/tests.txt", "--junit", junit_rel, "--report", f"{rel}/report.json",
+            "--known-failures", f"{rel}/known_failures.json", "--workers", str(max(1, arch.workers))]
+    if arch.visible_devices_env:
+        args += ["--visible-devices-env", arch.visible_devices_env]
+    run_started = time.monotonic()
+    ran = executor.run(payload(tuple(args), f"{index}of{count}"))
+    result.timings["tests"] = round(time.monotonic() - run_started, 3)
+    result.details["executor"] = ran.provenance
+
+    # 4. judge
+    _judge(result, ran, out_dir, rel, junit_rel, arch.name, toolchain.name, timeout)
+    return _finish(result, started)
+
+
+def _collect(executor: Executor, payload: Callable[[tuple[str, ...], str], PayloadRun], job_dir: Path, rel: str,
+             result: JobResult, started: float) -> list[str]:
+    """The collected tests this job runs (after `--select`); none, with the reason in `result`, when
+    collection failed or found nothing."""
     collected_path = job_dir / "collected.json"
     collected = executor.run(payload(("collect", "--tests-dir", TESTS_DIR, "--out", f"{rel}/collected.json"), "collect"))
     result.timings["collect"] = round(time.monotonic() - started, 3)
     result.details["executor"] = collected.provenance
     if collected.exit_code != 0 or not collected_path.is_file():
         result.message = _collect_problem(collected, collected_path)
-        return _finish(result, started)
+        return []
     listing = json.loads(collected_path.read_text())
     tests = listing["tests"]
     result.details["versions"] = listing.get("versions", {})
     if not tests:
         result.message = f"no tests collected in {TESTS_DIR}: a shard with no result is a failure"
-        return _finish(result, started)
-    tests = _selected(tests, result)
-    if not tests:
-        return _finish(result, started)
+        return []
+    return _selected(tests, result)
 
-    # 2. shard
+
+def _shard(tests: list[str], pipeline: Pipeline, arch: Arch, toolchain: str, index: int, count: int,
+           job_dir: Path, result: JobResult) -> tuple[str, ...]:
+    """This shard's tests, written to tests.txt with the known failures beside them; the split's
+    predicted balance goes into `result` (and the reason, when the shard is empty)."""
     recorded_path = durations_file(pipeline.root, arch.name)
     recorded = sharding.load_durations(recorded_path)
     shards = sharding.split(tests, recorded, count)
@@ -113,28 +145,20 @@ def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> 
         predicted={"this_shard_s": round(mine.predicted_s, 3), **balance.to_json()})
     (job_dir / "tests.txt").write_text("".join(t + "\n" for t in mine.tests))
     known = [{"test": k.test, "reason": k.reason, "arch": k.arch, "toolchain": k.toolchain}
-             for k in pipeline.known_failures_for(arch.name, toolchain.name)]
+             for k in pipeline.known_failures_for(arch.name, toolchain)]
     (job_dir / "known_failures.json").write_text(json.dumps(known, indent=2) + "\n")
     if not mine.tests:
         # More shards than tests: this shard is legitimately empty, but it cannot vouch for anything.
         result.message = f"shard {index} of {count} got no tests ({len(set(tests))} collected): no result"
-        return _finish(result, started)
+    return mine.tests
 
-    # 3. run
-    junit_rel = f"junit/{job.id}.xml"
-    args = ["run", "--tests", f"{rel}/tests.txt", "--junit", junit_rel, "--report", f"{rel}/report.json",
-            "--known-failures", f"{rel}/known_failures.json", "--workers", str(max(1, arch.workers))]
-    if arch.visible_devices_env:
-        args += ["--visible-devices-env", arch.visible_devices_env]
-    run_started = time.monotonic()
-    ran = executor.run(payload(tuple(args), f"{index}of{count}"))
-    result.timings["tests"] = round(time.monotonic() - run_started, 3)
-    result.details["executor"] = ran.provenance
 
-    # 4. judge
+def _judge(result: JobResult, ran: PayloadResult, out_dir: Path, rel: str, junit_rel: str, arch: str,
+           toolchain: str, timeout: float) -> None:
+    """The verdict from the payload's exit, the JUnit XML and the payload's report."""
     junit_path = out_dir / junit_rel
     junit = read_junit(junit_path) if junit_path.is_file() else None
-    report_path = job_dir / "report.json"
+    report_path = out_dir / rel / "report.json"
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     if junit is not None:
         result.artifacts.append(junit_rel)
@@ -149,7 +173,7 @@ def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> 
         failed = sorted(t for t, o in report.get("outcomes", {}).items() if o in ("failed", "error"))
         result.details["failed_tests"] = failed[:50]
         if report.get("durations"):
-            _merge_durations(out_dir, arch.name, toolchain.name, report["durations"], report.get("versions", {}))
+            _merge_durations(out_dir, arch, toolchain, report["durations"], report.get("versions", {}))
     if ran.timed_out:
         result.message = f"timed out after {timeout:g} s (MHA_CI_JOB_TIMEOUT)"
     elif ran.error:
@@ -165,7 +189,6 @@ def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> 
         failed = result.details.get("failed_tests", [])
         head = ", ".join(failed[:3]) + (" ..." if len(failed) > 3 else "")
         result.message = _counts_line(junit) + (f"; failed: {head}" if head else f"; payload exit {ran.exit_code}")
-    return _finish(result, started)
 
 
 def _finish(result: JobResult, started: float) -> JobResult:
