@@ -19,7 +19,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from mha_ci.perf.compare import GatePolicy, compare
+from mha_ci.perf.compare import GatePolicy, ShapeVerdict, compare
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,33 @@ class Bars:
 REALISED_BANDS = ((-100.0, 3.0), (3.0, 5.0), (5.0, 7.5), (7.5, 10.0), (10.0, 20.0), (20.0, 1e9))
 
 
+@dataclass(frozen=True)
+class _Judged:
+    """A shape the gate judged (any status but invalid), with the numbers that judgement used."""
+
+    key: str
+    status: str
+    delta_pct: float
+    threshold_pct: float
+    noise_a_pct: float
+    noise_b_pct: float
+
+
+def _judged(verdicts: tuple[ShapeVerdict, ...]) -> list[_Judged]:
+    """The valid shapes, in order. compare judges a shape only when both times and noises are
+    numbers, so a valid verdict lacking one is a bug there, reported as such."""
+    out = []
+    for v in verdicts:
+        if v.status == "invalid":
+            continue
+        if (v.delta_pct is None or v.threshold_pct is None or v.noise_baseline_pct is None
+                or v.noise_candidate_pct is None):
+            raise RuntimeError(f"shape {v.key}: status {v.status} without a delta, threshold or noise")
+        out.append(_Judged(v.key, v.status, v.delta_pct, v.threshold_pct, v.noise_baseline_pct,
+                           v.noise_candidate_pct))
+    return out
+
+
 def _ceil_half(x: float) -> float:
     return math.ceil(x * 2) / 2
 
@@ -41,7 +68,7 @@ def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None,
     aa = compare(a, b, policy)
     if aa.refused:
         return {"refused": aa.refused}
-    valid = [v for v in aa.shapes if v.status != "invalid"]
+    valid = _judged(aa.shapes)
     shapes = []
     for v in aa.shapes:
         combined = math.hypot(v.noise_baseline_pct or 0, v.noise_candidate_pct or 0)
@@ -49,8 +76,8 @@ def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None,
                        "aa_delta_pct": v.delta_pct, "smallest_caught_pct": v.threshold_pct,
                        "combined_noise_pct": round(combined, 3), "status": v.status, "reason": v.reason})
     deltas = [abs(v.delta_pct) for v in valid]
-    ratios = [abs(v.delta_pct) / math.hypot(v.noise_baseline_pct, v.noise_candidate_pct)
-              for v in valid if math.hypot(v.noise_baseline_pct, v.noise_candidate_pct) > 0]
+    ratios = [abs(v.delta_pct) / math.hypot(v.noise_a_pct, v.noise_b_pct)
+              for v in valid if math.hypot(v.noise_a_pct, v.noise_b_pct) > 0]
     false_reg = [v.key for v in valid if v.status == "regression"]
     false_imp = [v.key for v in valid if v.status == "improvement"]
     thresholds = [v.threshold_pct for v in valid]
@@ -64,7 +91,7 @@ def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None,
         "false_improvements": false_imp,
         "false_improvement_rate": len(false_imp) / len(valid) if valid else None,
         "aa_abs_delta_pct": _summary(deltas),
-        "noise_pct": _summary([s for v in valid for s in (v.noise_baseline_pct, v.noise_candidate_pct)]),
+        "noise_pct": _summary([s for v in valid for s in (v.noise_a_pct, v.noise_b_pct)]),
         "smallest_caught_pct": _summary(thresholds),
         "zero_false_call_floor_pct": _ceil_half(max(deltas)) if deltas else None,
         "zero_false_call_k": round(max(ratios), 2) if ratios else None,
@@ -99,8 +126,9 @@ def planted_catch(a: dict, planted: dict, policy: GatePolicy) -> dict:
     if comparison.refused:
         return {"refused": comparison.refused}
     pct_of = {e["key"]: e.get("planted_pct", 0.0) for e in planted["results"]}
-    hits = [v for v in comparison.shapes if pct_of.get(v.key) and v.status != "invalid"]
-    clean = [v for v in comparison.shapes if not pct_of.get(v.key) and v.status != "invalid"]
+    valid = _judged(comparison.shapes)
+    hits = [v for v in valid if pct_of.get(v.key)]
+    clean = [v for v in valid if not pct_of.get(v.key)]
     caught = [v.key for v in hits if v.status == "regression"]
     nominal = sorted({pct_of[v.key] for v in hits})
     return {

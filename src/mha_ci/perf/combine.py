@@ -122,7 +122,8 @@ def roll(old: dict | None, new: dict, window: int) -> tuple[dict, str | None]:
         reset = comparable.refusal(old["provenance"], new["provenance"])
         if not reset and _method_core(old["method"]) != _method_core(new["method"]):
             reset = "the stored baseline was measured with another method"
-    history = {} if reset else {e["key"]: e for e in old["results"] if e.get("stats")}
+    history_of = None if reset else old     # None whenever old is (reset then says so)
+    history = {} if history_of is None else {e["key"]: e for e in history_of["results"] if e.get("stats")}
     results = []
     for entry in new["results"]:
         stats = entry.get("stats")
@@ -139,8 +140,8 @@ def roll(old: dict | None, new: dict, window: int) -> tuple[dict, str | None]:
         merged["between_run_noise_pct"] = between
         results.append({**entry, "stats": merged})
     provenance = dict(new["provenance"])
-    past_runs = [] if reset else list(old["provenance"].get("combined_runs")
-                                      or [_run_record("baseline", old["provenance"])])
+    past_runs = [] if history_of is None else list(history_of["provenance"].get("combined_runs")
+                                                   or [_run_record("baseline", history_of["provenance"])])
     provenance["combined_runs"] = (past_runs + [_run_record("refresh", new["provenance"])])[-window:]
     _pinned_only_if_every_run_was(provenance)
     selection = dict(new.get("selection") or {})

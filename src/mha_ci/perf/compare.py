@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import TypeGuard
 
 from mha_ci.perf import comparable
 
@@ -166,7 +167,7 @@ def compare(baseline: dict, candidate: dict, policy: GatePolicy, cross_toolchain
                       notes=tuple(comparable.notes(base_p, cand_p)))
 
 
-def _is_count(value) -> bool:
+def _is_count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -182,28 +183,37 @@ def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refus
     bs, cs = (b or {}).get("stats"), (c or {}).get("stats")
     bt, ct = _time(bs), _time(cs)
     bn, cn = _noise(bs), _noise(cs)
-    common = dict(
+    reason, broken = _invalid_reason(b, c, bs, cs, policy, refused)
+    delta: float | None = None
+    threshold: float | None = None
+    # a noisy or refused shape still shows its delta
+    if not broken and bt is not None and ct is not None and bn is not None and cn is not None:
+        delta = 100.0 * (ct - bt) / bt
+        threshold = policy.threshold_pct(bn, cn)
+    if reason:
+        status = "invalid"
+    elif delta is None or threshold is None:
+        # _invalid_reason gives a reason whenever a time or noise is missing on either side.
+        raise RuntimeError(f"shape {key}: judged valid but lacks a time or noise (a bug in _invalid_reason)")
+    else:
+        status, reason = _classify(delta, threshold)
+    return ShapeVerdict(
         key=key, baseline_us=bt, candidate_us=ct, noise_baseline_pct=bn, noise_candidate_pct=cn,
         stall=_stall(cs, policy),
         shape=meta.get("shape"), bucket=meta.get("bucket"),
         tags=tuple(meta.get("tags") or ()),
         tp=tuple(sorted({o["tp"] for o in meta.get("origins") or () if o.get("tp")})),
+        delta_pct=delta, threshold_pct=threshold, status=status, reason=reason, broken=broken,
     )
-    reason, broken = _invalid_reason(b, c, bs, cs, policy, refused)
-    delta = threshold = None
-    if not broken and None not in (bt, ct, bn, cn):   # a noisy or refused shape still shows its delta
-        delta = 100.0 * (ct - bt) / bt
-        threshold = policy.threshold_pct(bn, cn)
-    if reason:
-        status = "invalid"
-    elif delta > threshold:
-        status, reason = "regression", f"+{delta:.1f} % > {threshold:.1f} %"
-    elif delta < -threshold:
-        status, reason = "improvement", f"{delta:.1f} % < -{threshold:.1f} %"
-    else:
-        status = "ok"
-    return ShapeVerdict(delta_pct=delta, threshold_pct=threshold, status=status, reason=reason, broken=broken,
-                        **common)
+
+
+def _classify(delta: float, threshold: float) -> tuple[str, str]:
+    """(status, reason) of a valid shape from its delta and threshold (the module docstring)."""
+    if delta > threshold:
+        return "regression", f"+{delta:.1f} % > {threshold:.1f} %"
+    if delta < -threshold:
+        return "improvement", f"{delta:.1f} % < -{threshold:.1f} %"
+    return "ok", ""
 
 
 def _time(stats) -> float | None:
@@ -239,11 +249,12 @@ def _invalid_reason(b, c, bs, cs, policy: GatePolicy, refused: str | None) -> tu
     for side, entry, stats in (("baseline", b, bs), ("candidate", c, cs)):
         if not isinstance(stats, dict):
             return f"{side} failed: {entry.get('error')}", True
-        time = stats.get("trimmed_mean_us")
-        if finite(time) is None:
-            return f"{side} time is not a number: {time!r}", True
+        stored = stats.get("trimmed_mean_us")      # the messages show it as stored, not as a float
+        time = finite(stored)
+        if time is None:
+            return f"{side} time is not a number: {stored!r}", True
         if time <= 0:
-            return f"{side} time is not positive: {time!r}", True
+            return f"{side} time is not positive: {stored!r}", True
         if _noise(stats) is None:
             return f"{side} noise is not a number: {stats.get('noise_pct')!r}", True
     for side, stats in (("baseline", bs), ("candidate", cs)):

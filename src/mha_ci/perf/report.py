@@ -74,13 +74,14 @@ def ordered(c: Comparison) -> list[ShapeVerdict]:
 
 def _stall_lines(c: Comparison) -> list[str]:
     lines = []
-    for v in sorted(c.stalled, key=lambda v: -v.stall["worst_us"]):
-        median = v.stall["worst_us"] / v.stall["ratio"] if v.stall["ratio"] else None
-        count = v.stall["count"] if v.stall.get("count") is not None else "at least 1"
-        where = (f"rep {v.stall['rep']}, dispatch {v.stall['index']}" if v.stall.get("rep") is not None
+    stalled = [(v, v.stall) for v in c.shapes if v.stall]     # c.stalled, each with its stall
+    for v, stall in sorted(stalled, key=lambda pair: -pair[1]["worst_us"]):
+        median = stall["worst_us"] / stall["ratio"] if stall["ratio"] else None
+        count = stall["count"] if stall.get("count") is not None else "at least 1"
+        where = (f"rep {stall['rep']}, dispatch {stall['index']}" if stall.get("rep") is not None
                  else "seen in max_us only")
-        lines.append(f"{v.key}: {count} stalled dispatch(es), worst {_duration(v.stall['worst_us'])} "
-                     f"against a {_duration(median)} median (x{v.stall['ratio']:.1f}; {where}); status {v.status}")
+        lines.append(f"{v.key}: {count} stalled dispatch(es), worst {_duration(stall['worst_us'])} "
+                     f"against a {_duration(median)} median (x{stall['ratio']:.1f}; {where}); status {v.status}")
     return lines
 
 
@@ -171,22 +172,32 @@ def figure_png(fig) -> bytes:
     return buf.getvalue()
 
 
+def _plotted(c: Comparison) -> list[tuple[ShapeVerdict, float, float]]:
+    """(verdict, delta %, threshold %) of the shapes with both sides measured, sorted by delta.
+    compare sets a shape's delta and threshold together, so requiring both drops no more shapes."""
+    both = [(v, v.delta_pct, v.threshold_pct) for v in c.shapes
+            if v.delta_pct is not None and v.threshold_pct is not None]
+    return sorted(both, key=lambda item: item[1])
+
+
 def plot_png(c: Comparison) -> bytes:
     """Delta % per shape, sorted, coloured by status, with each shape's threshold as a band."""
     from matplotlib.patches import Patch
 
     plt = pyplot()
 
-    verdicts = sorted((v for v in c.shapes if v.delta_pct is not None), key=lambda v: v.delta_pct)
+    plotted = _plotted(c)
+    verdicts = [v for v, _, _ in plotted]
+    deltas = [delta for _, delta, _ in plotted]
     fig, ax = plt.subplots(figsize=(max(8.0, min(24.0, 0.06 * len(verdicts) + 6)), 5.0), dpi=100)
     xs = list(range(len(verdicts)))
-    ax.bar(xs, [v.delta_pct for v in verdicts], color=[COLOURS[v.status] for v in verdicts], width=0.85)
+    ax.bar(xs, deltas, color=[COLOURS[v.status] for v in verdicts], width=0.85)
     if verdicts:
-        ax.step(xs, [v.threshold_pct for v in verdicts], where="mid", color="black", linewidth=0.7, linestyle="--")
-        ax.step(xs, [-v.threshold_pct for v in verdicts], where="mid", color="black", linewidth=0.7, linestyle="--")
+        ax.step(xs, [t for _, _, t in plotted], where="mid", color="black", linewidth=0.7, linestyle="--")
+        ax.step(xs, [-t for _, _, t in plotted], where="mid", color="black", linewidth=0.7, linestyle="--")
     stalled = [i for i, v in enumerate(verdicts) if v.stall]
     if stalled:
-        ax.scatter(stalled, [verdicts[i].delta_pct for i in stalled], marker="v", color="black", zorder=3, s=18)
+        ax.scatter(stalled, [deltas[i] for i in stalled], marker="v", color="black", zorder=3, s=18)
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_xlabel(f"shape (sorted by delta; {len(verdicts)} with both sides measured)")
     ax.set_ylabel("delta % (trimmed mean)")

@@ -146,14 +146,21 @@ def find_stalls(reps_us: list[list[float]], factor: float, min_excess_us: float)
                  for r, rep in enumerate(reps_us) for i, t in enumerate(rep) if t > limit)
 
 
+def _finite_number(value: object) -> float | None:
+    """`value` itself when it is a finite JSON number (a bool is not one), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value
+
+
 def stall_from_summary(stats: dict, factor: float, min_excess_us: float) -> dict | None:
     """The stall a stored result shows through its summary alone (`max_us` against `median_us`).
 
     For documents whose writer did not look for stalls (another measuring tool, an older payload):
     the slowest dispatch is the only one known, so the count is unknown (None) and so is where it ran.
     """
-    top, median = stats.get("max_us"), stats.get("median_us")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (top, median)):
+    top, median = _finite_number(stats.get("max_us")), _finite_number(stats.get("median_us"))
+    if top is None or median is None:
         return None
     if median <= 0 or top <= max(factor * median, median + min_excess_us):
         return None

@@ -14,8 +14,16 @@ EXIT_MEANING = {0: "all gates pass", 1: "a gate failed", 2: "configuration error
 
 
 def render(results: dict) -> str:
-    prov = results.get("provenance", {})
     jobs = results.get("jobs", [])
+    unpinned = [j for j in jobs if j.get("details", {}).get("pin_mismatches")]
+    lines = (_preamble(results, unpinned) + _jobs_table(jobs) + _balance_section(jobs) + _versions_section(jobs)
+             + _unpinned_section(unpinned) + _failed_tests_section(jobs) + _left_over_sections(results))
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _preamble(results: dict, unpinned: list[dict]) -> list[str]:
+    """Title, verdict headline, provenance line, and the UNPINNED warning when the pins were recorded."""
+    prov = results.get("provenance", {})
     exit_code = results.get("exit_code", 0)
     lines = ["# mha-ci run", ""]
     lines.append(_headline(results.get("status", "finished"), exit_code, len(results.get("pending", []))))
@@ -24,13 +32,15 @@ def render(results: dict) -> str:
     lines.append(f"executor `{prov.get('executor', '?')}`, python {prov.get('python', '?')}, commit `{commit[:12]}`"
                  f"{' (with uncommitted changes)' if prov.get('dirty') else ''}, {prov.get('date', '?')}")
     lines.append("")
-    unpinned = [j for j in jobs if j.get("details", {}).get("pin_mismatches")]
     if prov.get("pin_mode") == "record":
         lines += ["**UNPINNED run** (`--pins record`): the payloads ran what this host has installed; "
                   f"{len(unpinned)} job(s) differ from their toolchain's lock (listed below). Their verdicts are "
                   "real but not the pinned toolchain's.", ""]
+    return lines
 
-    lines += ["## Jobs", ""]
+
+def _jobs_table(jobs: list[dict]) -> list[str]:
+    lines = ["## Jobs", ""]
     if jobs:
         lines += ["| job | verdict | time | why it ran | result |", "|---|---|---|---|---|"]
         for job in jobs:
@@ -40,36 +50,56 @@ def render(results: dict) -> str:
     else:
         lines.append("No job ran.")
     lines.append("")
+    return lines
 
+
+def _balance_section(jobs: list[dict]) -> list[str]:
     balance = _balance_lines(jobs)
-    if balance:
-        lines += ["## Correctness shard balance", "",
-                  "Predicted from the recorded test durations (perf_baselines/test_durations/); actual is the "
-                  "sum of JUnit test times per shard. Imbalance = slowest shard / mean shard.", ""] + balance + [""]
+    if not balance:
+        return []
+    return ["## Correctness shard balance", "",
+            "Predicted from the recorded test durations (perf_baselines/test_durations/); actual is the "
+            "sum of JUnit test times per shard. Imbalance = slowest shard / mean shard.", ""] + balance + [""]
 
+
+def _versions_section(jobs: list[dict]) -> list[str]:
     versions = _versions(jobs)
-    if versions:
-        lines += ["## Toolchain versions (as installed)", "",
-                  "| job | python | torch | triton | numpy |", "|---|---|---|---|---|"]
-        for job_id, found in versions:
-            lines.append(f"| `{job_id}` | {found.get('python', '-')} | {found.get('torch') or '-'} | "
-                         f"{found.get('triton') or '-'} | {found.get('numpy') or '-'} |")
-        lines.append("")
+    if not versions:
+        return []
+    lines = ["## Toolchain versions (as installed)", "",
+             "| job | python | torch | triton | numpy |", "|---|---|---|---|---|"]
+    for job_id, found in versions:
+        lines.append(f"| `{job_id}` | {found.get('python', '-')} | {found.get('torch') or '-'} | "
+                     f"{found.get('triton') or '-'} | {found.get('numpy') or '-'} |")
+    lines.append("")
+    return lines
 
-    if unpinned:
-        lines += ["## Unpinned: what differs from the locks", ""]
-        for job in unpinned:
-            lines += [f"- `{job['job_id']}`: {m}" for m in job["details"]["pin_mismatches"]]
-        lines.append("")
 
+def _unpinned_section(unpinned: list[dict]) -> list[str]:
+    if not unpinned:
+        return []
+    lines = ["## Unpinned: what differs from the locks", ""]
+    for job in unpinned:
+        lines += [f"- `{job['job_id']}`: {m}" for m in job["details"]["pin_mismatches"]]
+    lines.append("")
+    return lines
+
+
+def _failed_tests_section(jobs: list[dict]) -> list[str]:
     failing = [j for j in jobs if j.get("details", {}).get("failed_tests")]
-    if failing:
-        lines += ["## Failed tests", ""]
-        for job in failing:
-            for test in job["details"]["failed_tests"]:
-                lines.append(f"- `{job['job_id']}`: `{test}`")
-        lines.append("")
+    if not failing:
+        return []
+    lines = ["## Failed tests", ""]
+    for job in failing:
+        for test in job["details"]["failed_tests"]:
+            lines.append(f"- `{job['job_id']}`: `{test}`")
+    lines.append("")
+    return lines
 
+
+def _left_over_sections(results: dict) -> list[str]:
+    """The jobs this run did not finish: not runnable here, still to run, not planned."""
+    lines: list[str] = []
     not_run = results.get("not_run", [])
     if not_run:
         lines += ["## Not run on this machine", ""]
@@ -83,7 +113,7 @@ def render(results: dict) -> str:
     skipped = results.get("skipped", [])
     if skipped:
         lines += ["## Not planned", ""] + [f"- `{s['id']}`: {s['reason']}" for s in skipped] + [""]
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return lines
 
 
 def _headline(status: str, exit_code, pending: int) -> str:
