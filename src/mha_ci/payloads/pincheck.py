@@ -42,12 +42,27 @@ def installed_version(name: str) -> str | None:
         return None
 
 
+def installs(name: str) -> list[tuple[str, str]]:
+    """(version, where) of every install of `name` on the import path, first found first."""
+    found = []
+    for dist in importlib.metadata.distributions(name=name):
+        found.append((dist.version, str(dist.locate_file(""))))
+    return found
+
+
 def mismatches(toolchain: str, pins: dict[str, str]) -> list[str]:
     problems = []
     for name, pinned in sorted(pins.items()):
         found = installed_version(name)
+        every = installs(name)
         if found is None:
             problems.append(f"toolchain {toolchain} pins {name}=={pinned} but the environment does not have {name}")
+        elif len({version for version, _ in every}) > 1:
+            # Two versions unpacked over each other (or on two path entries): the metadata need
+            # not describe the module Python imports, so no version of it is established.
+            where = ", ".join(f"{version} in {path}" for version, path in every)
+            problems.append(f"toolchain {toolchain} pins {name}=={pinned} but the environment has more than one "
+                            f"{name} on the import path ({where}); which one is imported cannot be told")
         elif found != pinned:
             problems.append(f"toolchain {toolchain} pins {name}=={pinned} but the environment has {name} {found}")
     return problems

@@ -42,6 +42,22 @@ def test_mismatch_exits_3_naming_pin_and_installed_version():
     assert f"toolchain triton-3.4 pins pytest==0.0.1 but the environment has pytest {PYTEST_VERSION}" in proc.stderr
 
 
+def test_two_versions_of_a_pinned_package_on_the_path_are_a_mismatch(tmp_path):
+    """Two wheels unpacked into one folder (as a GPU host's carried Triton over an older one): the
+    first metadata found matches the pin, but which module is imported cannot be told."""
+    for version in ("1.0", "2.0"):
+        info = tmp_path / f"fakepkg-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: fakepkg\nVersion: {version}\n")
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": f"{tmp_path}{os.pathsep}{SRC}",
+           "MHA_CI_PINS": json.dumps({"toolchain": "triton-3.4", "pins": {"fakepkg": "1.0"}})}
+    proc = subprocess.run([sys.executable, "-m", "mha_ci.payloads.pincheck"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stdout
+    assert "more than one fakepkg on the import path" in proc.stderr
+    assert "1.0 in" in proc.stderr and "2.0 in" in proc.stderr
+
+
 def test_missing_package_is_a_mismatch():
     proc = _run({"surely-not-installed-pkg": "1.0"})
     assert proc.returncode == 3
