@@ -42,27 +42,28 @@ def installed_version(name: str) -> str | None:
         return None
 
 
-def installs(name: str) -> list[tuple[str, str]]:
-    """(version, where) of every install of `name` on the import path, first found first."""
-    found = []
+def overlaid(name: str) -> list[tuple[str, str]]:
+    """(version, folder) of the installs of `name` when two versions share one folder of the
+    import path (one wheel unpacked over another), else []. Installs in different folders are
+    not ambiguous: the import system and importlib.metadata both take the first on sys.path."""
+    by_folder: dict[str, set[str]] = {}
     for dist in importlib.metadata.distributions(name=name):
-        found.append((dist.version, str(dist.locate_file(""))))
-    return found
+        by_folder.setdefault(str(dist.locate_file("")), set()).add(dist.version)
+    return [(version, folder) for folder, found in by_folder.items() if len(found) > 1 for version in sorted(found)]
 
 
 def mismatches(toolchain: str, pins: dict[str, str]) -> list[str]:
     problems = []
     for name, pinned in sorted(pins.items()):
         found = installed_version(name)
-        every = installs(name)
+        every = overlaid(name)
         if found is None:
             problems.append(f"toolchain {toolchain} pins {name}=={pinned} but the environment does not have {name}")
-        elif len({version for version, _ in every}) > 1:
-            # Two versions unpacked over each other (or on two path entries): the metadata need
-            # not describe the module Python imports, so no version of it is established.
+        elif every:
+            # The metadata found first need not describe the module files Python imports.
             where = ", ".join(f"{version} in {path}" for version, path in every)
-            problems.append(f"toolchain {toolchain} pins {name}=={pinned} but the environment has more than one "
-                            f"{name} on the import path ({where}); which one is imported cannot be told")
+            problems.append(f"toolchain {toolchain} pins {name}=={pinned} but the environment has two versions of "
+                            f"{name} unpacked into one folder ({where}); which one is imported cannot be told")
         elif found != pinned:
             problems.append(f"toolchain {toolchain} pins {name}=={pinned} but the environment has {name} {found}")
     return problems

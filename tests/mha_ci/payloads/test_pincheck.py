@@ -54,8 +54,22 @@ def test_two_versions_of_a_pinned_package_on_the_path_are_a_mismatch(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mha_ci.payloads.pincheck"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3, proc.stdout
-    assert "more than one fakepkg on the import path" in proc.stderr
+    assert "two versions of fakepkg unpacked into one folder" in proc.stderr
     assert "1.0 in" in proc.stderr and "2.0 in" in proc.stderr
+
+
+def test_two_versions_in_different_path_folders_are_not_ambiguous(tmp_path):
+    """The first folder on the path wins for the import and for the metadata alike."""
+    for version, folder in (("1.0", "first"), ("2.0", "second")):
+        info = tmp_path / folder / f"fakepkg-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: fakepkg\nVersion: {version}\n")
+    env = {"PATH": os.environ.get("PATH", ""),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "first"), str(tmp_path / "second"), str(SRC)]),
+           "MHA_CI_PINS": json.dumps({"toolchain": "triton-3.4", "pins": {"fakepkg": "1.0"}})}
+    proc = subprocess.run([sys.executable, "-m", "mha_ci.payloads.pincheck"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_missing_package_is_a_mismatch():
