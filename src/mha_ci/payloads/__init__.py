@@ -15,12 +15,29 @@ Payloads import only the standard library, torch/triton/numpy/pytest and `mha` (
 or yaml, which toolchain environments do not have), and nothing of the orchestrating side.
 """
 import os
+import sys
 from pathlib import Path
+from typing import Callable
 
 EXIT_OK = 0
 EXIT_GATE_FAILED = 1
 EXIT_ENVIRONMENT = 3
 EXIT_NO_RESULT = 4
+
+
+def run_guarded(label: str, action: Callable[[], int]) -> int:
+    """A payload's body with its faults mapped to exit codes: torch or triton missing from the
+    toolchain is an environment problem (3); any other exception is "no result" (4), never a pass."""
+    try:
+        return action()
+    except Exception as exc:  # noqa: BLE001 - a harness fault is "no result", not a pass
+        if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in ("triton", "torch"):
+            print(f"{label}: the toolchain lacks what it needs: {exc}", file=sys.stderr, flush=True)
+            return EXIT_ENVIRONMENT
+        import traceback
+        traceback.print_exc()
+        print(f"{label}: no result: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return EXIT_NO_RESULT
 
 
 def out_path(relative: str) -> Path:

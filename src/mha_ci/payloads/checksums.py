@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 os.environ["TRITON_DISABLE_LINE_INFO"] = "1"   # before anything imports triton (docs/facts.md: the line-info path leak)
 
-from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_NO_RESULT, EXIT_OK, out_path  # noqa: E402
+from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_OK, out_path, run_guarded  # noqa: E402
 
 if TYPE_CHECKING:
     from mha_ci.checksums.compile import CompileTarget
@@ -284,16 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     compute_p.add_argument("--only", default=None, help="only variants whose key contains this")
     sub.choices["sample"].add_argument("--keys", required=True)
     args = parser.parse_args(argv)
-    try:
-        return compute(args) if args.mode == "compute" else sample(args)
-    except Exception as exc:  # noqa: BLE001 - a harness fault is "no result", not a pass
-        if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in ("triton", "torch"):
-            print(f"checksums: the toolchain lacks what the compile needs: {exc}", file=sys.stderr, flush=True)
-            return EXIT_ENVIRONMENT
-        import traceback
-        traceback.print_exc()
-        print(f"checksums: no result: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return EXIT_NO_RESULT
+    return run_guarded("checksums", lambda: compute(args) if args.mode == "compute" else sample(args))
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from pathlib import Path
 
 os.environ.setdefault("TRITON_DISABLE_LINE_INFO", "1")   # as the checksums payload: line info leaks paths
 
-from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_NO_RESULT, EXIT_OK, out_path  # noqa: E402
+from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_OK, out_path, run_guarded  # noqa: E402
 
 CURRENT = "current"
 
@@ -277,16 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deadline", type=float, default=None, help="epoch seconds: start no shape after it")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = parser.parse_args(argv)
-    try:
-        return compile_mode(args) if args.mode == "compile" else time_mode(args)
-    except Exception as exc:  # noqa: BLE001 - a harness fault is "no result", not a pass
-        if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in ("triton", "torch"):
-            print(f"tune: the toolchain lacks what it needs: {exc}", file=sys.stderr, flush=True)
-            return EXIT_ENVIRONMENT
-        import traceback
-        traceback.print_exc()
-        print(f"tune: no result: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return EXIT_NO_RESULT
+    return run_guarded("tune", lambda: compile_mode(args) if args.mode == "compile" else time_mode(args))
 
 
 if __name__ == "__main__":

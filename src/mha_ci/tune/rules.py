@@ -1,8 +1,8 @@
 """The kernel's config guards, judged on the orchestrating side.
 
-mha.guards is standard library only and imports nothing of its package, so it is loaded here by
-path (importing `mha` would import torch and triton, which this side runs without): the tuner
-applies exactly the rules the kernel applies at launch.
+mha.guards is standard library only. It is loaded from the checkout being tuned (`root`), like
+that checkout's config files, rather than from the installed `mha`: the tuner applies exactly the
+rules that checkout's kernel applies at launch.
 """
 from __future__ import annotations
 
