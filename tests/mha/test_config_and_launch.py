@@ -150,3 +150,35 @@ def test_guards_apply_to_overrides_too():
     # a config= override cannot launch what a guard replaces (the tuner's candidates are overrides)
     _, cfg = config.resolve("forward", "sm90", 16, 16, "fp16", 0.0, {"num_stages": 4})
     assert cfg["num_stages"] == 2
+
+
+@pytest.mark.parametrize("d,split", [(8, (16, 0)), (64, (64, 0)), (40, (32, 16)), (80, (64, 16)), (96, (64, 32)),
+                                     (112, (128, 0)), (160, (128, 32)), (192, (128, 64)), (224, (256, 0))])
+def test_head_split_pads_less_or_not_at_all(d, split):
+    first, second = launch.head_split(d)
+    assert (first, second) == split
+    assert first + second >= d and first & (first - 1) == 0 and second & (second - 1) == 0
+
+
+@pytest.mark.parametrize("kv_slices,per_slice,tiles,chunk", [
+    (8, 64, 512, 8),      # 8 slices of 64 tiles: one chunk of 512
+    (128, 64, 512, 8),
+    (64, 16, 512, 32),
+    (6, 64, 512, 6),      # fewer tiles than asked: every slice in one chunk
+    (12, 100, 512, 6),    # 6 is the smallest divisor of 12 reaching 512 (5 does not divide)
+    (7, 100, 512, 7),
+    (0, 0, 512, 1),
+])
+def test_tile_chunk_is_a_divisor_reaching_the_tile_count(kv_slices, per_slice, tiles, chunk):
+    assert launch.tile_chunk(kv_slices, per_slice, tiles) == chunk
+
+
+@pytest.mark.parametrize("chunk_tiles", [1, 7, 10**6], ids=["one-slice", "some-slices", "all"])
+def test_every_tile_order_covers_every_tile(monkeypatch, chunk_tiles, device):
+    """Several chunks, chunks of one KV slice and one chunk for all: every tile of the forward
+    and of both backward kernels is computed once (a missed tile leaves torch.empty garbage)."""
+    from cases import Case, run_dense
+
+    monkeypatch.setattr(launch, "TILE_CHUNK_TILES", chunk_tiles)
+    run_dense(Case(batch=3, seqlen_q=80, seqlen_k=80, heads_q=4, heads_k=2, dqk=32, dv=32, causal=True),
+              torch.float16, device)

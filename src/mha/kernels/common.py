@@ -114,6 +114,76 @@ def stage_span(lo, full_lo, full_hi, hi, STAGE: tl.constexpr):
 
 
 @triton.jit
+def tile_order(seqlen, chunk, BLOCK: tl.constexpr, HEAVY_FIRST: tl.constexpr):
+    """(slice index, block index) of this program in a 1-D grid of n_slices * cdiv(seqlen, BLOCK).
+
+    Slices ((batch, head) pairs) are taken `chunk` at a time (the launcher makes chunk divide
+    n_slices, see mha.launch.tile_chunk); within a chunk the slice index varies fastest. Two
+    pulls: tiles that run at the same time should share K/V (or Q/dO) in L2, so few slices at a
+    time; and causal tiles should start heaviest first over as many tiles as possible, so the
+    light ones fill the tail. HEAVY_FIRST runs blocks last-first (query tiles: the last sees the
+    most keys); without it first-first (key tiles of the backward). `seqlen` is the launch's
+    (maximum) length, the one the grid was sized with.
+    """
+    n_blocks = tl.cdiv(seqlen, BLOCK)
+    pid = tl.program_id(0)
+    per_chunk = chunk * n_blocks
+    rest = pid % per_chunk
+    slice_index = (pid // per_chunk) * chunk + rest % chunk
+    block = rest // chunk
+    if HEAVY_FIRST:
+        block = n_blocks - 1 - block
+    return slice_index, block
+
+
+@triton.jit
+def load_head(Base, rows, stride_s, n_rows, COL0: tl.constexpr, BLOCK: tl.constexpr, HEAD: tl.constexpr,
+              MASK_ROWS: tl.constexpr):
+    """Tile [rows, COL0 : COL0 + BLOCK) of a (row, head dim) slice, zero past n_rows (when
+    MASK_ROWS) and past the head dim HEAD. Head dims are padded to powers of two inside the
+    kernel (masked, never copied), or split in two such parts (mha.launch.head_split)."""
+    cols = COL0 + tl.arange(0, BLOCK)
+    ptrs = Base + rows[:, None] * stride_s + cols[None, :]
+    if MASK_ROWS:
+        mask = rows[:, None] < n_rows
+        if COL0 + BLOCK > HEAD:
+            mask = mask & (cols[None, :] < HEAD)
+        return tl.load(ptrs, mask=mask, other=0.0)
+    elif COL0 + BLOCK > HEAD:
+        return tl.load(ptrs, mask=cols[None, :] < HEAD, other=0.0)
+    else:
+        return tl.load(ptrs)
+
+
+@triton.jit
+def load_head_t(Base, rows, stride_s, n_rows, COL0: tl.constexpr, BLOCK: tl.constexpr, HEAD: tl.constexpr,
+                MASK_ROWS: tl.constexpr):
+    """load_head transposed: the tile as [COL0 : COL0 + BLOCK, rows]."""
+    cols = COL0 + tl.arange(0, BLOCK)
+    ptrs = Base + rows[None, :] * stride_s + cols[:, None]
+    if MASK_ROWS:
+        mask = rows[None, :] < n_rows
+        if COL0 + BLOCK > HEAD:
+            mask = mask & (cols[:, None] < HEAD)
+        return tl.load(ptrs, mask=mask, other=0.0)
+    elif COL0 + BLOCK > HEAD:
+        return tl.load(ptrs, mask=cols[:, None] < HEAD, other=0.0)
+    else:
+        return tl.load(ptrs)
+
+
+@triton.jit
+def store_head(Base, tile, rows, stride_s, n_rows, COL0: tl.constexpr, BLOCK: tl.constexpr, HEAD: tl.constexpr):
+    """Store `tile` (float32) as columns [COL0, COL0 + BLOCK) of rows `rows` in Base's dtype,
+    only rows below n_rows and columns below HEAD (the inverse of load_head)."""
+    cols = COL0 + tl.arange(0, BLOCK)
+    mask = rows[:, None] < n_rows
+    if COL0 + BLOCK > HEAD:
+        mask = mask & (cols[None, :] < HEAD)
+    tl.store(Base + rows[:, None] * stride_s + cols[None, :], tile.to(Base.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def sequence_bounds(CuSeqlens, batch, seqlen, IS_VARLEN: tl.constexpr):
     """(start row in the packed tensor, length) of sequence `batch`; dense: (0, seqlen).
 

@@ -2,40 +2,34 @@
 import triton
 import triton.language as tl
 
-from .common import (FULL, LEADING_EDGE, LN2, LOG2E, TRAILING_EDGE, dropout_keep, key_ranges, sequence_bounds,
-                     slice_offset, stage_span, visible)
+from .common import (FULL, LEADING_EDGE, LN2, LOG2E, TRAILING_EDGE, dropout_keep, key_ranges, load_head,
+                     load_head_t, sequence_bounds, slice_offset, stage_span, tile_order, visible)
 
 
 @triton.jit
-def _fwd_stage(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs,
+def _fwd_stage(acc, l_i, m_i, q, q2, K_head, V_head, stride_ks, stride_vs,
                offs_m, lo, full_lo, full_hi, hi, seqlen_k, diff, window_left, window_right, qk_scale,
                rng_seed, rng_base, rng_stride, dropout_p,
                STAGE: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
                HAS_DROPOUT: tl.constexpr, HEAD_DQK: tl.constexpr, HEAD_DV: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV: tl.constexpr,
                DOT_PRECISION: tl.constexpr):
     """Stage STAGE of a query tile's loop over key blocks (common.stage_span). The edge stages
-    apply the visibility/length mask; FULL is only given blocks every row of the tile sees in full."""
+    apply the visibility/length mask; FULL is only given blocks every row of the tile sees in full.
+    q2 is the tail of a split head dim (mha.launch.head_split), unused when BLOCK_DQK2 is 0."""
     start, end = stage_span(lo, full_lo, full_hi, hi, STAGE)
     MASKED: tl.constexpr = STAGE != FULL
     offs_n0 = tl.arange(0, BLOCK_N)
-    offs_dqk = tl.arange(0, BLOCK_DQK)
-    offs_dv = tl.arange(0, BLOCK_DV)
     for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + offs_n0
-        kt_ptrs = K_head + offs_n[None, :] * stride_ks + offs_dqk[:, None]
-        v_ptrs = V_head + offs_n[:, None] * stride_vs + offs_dv[None, :]
-        # Head dims are padded to a power of two inside the kernel: mask, never copy.
-        kt_mask = offs_dqk[:, None] < HEAD_DQK
-        v_mask = offs_dv[None, :] < HEAD_DV
-        if MASKED:
-            kt_mask = kt_mask & (offs_n[None, :] < seqlen_k)
-            v_mask = v_mask & (offs_n[:, None] < seqlen_k)
-        if MASKED or BLOCK_DQK != HEAD_DQK:
-            kt = tl.load(kt_ptrs, mask=kt_mask, other=0.0)
-        else:
-            kt = tl.load(kt_ptrs)
-        s = tl.dot(q, kt, input_precision=DOT_PRECISION) * qk_scale
+        kt = load_head_t(K_head, offs_n, stride_ks, seqlen_k, 0, BLOCK_DQK, HEAD_DQK, MASKED)
+        s = tl.dot(q, kt, input_precision=DOT_PRECISION)
+        if BLOCK_DQK2 > 0:
+            kt2 = load_head_t(K_head, offs_n, stride_ks, seqlen_k, BLOCK_DQK, BLOCK_DQK2, HEAD_DQK, MASKED)
+            s = tl.dot(q2, kt2, acc=s, input_precision=DOT_PRECISION)
+        # qk_scale holds log2(e): exp2 below is exp. It may be negative (softmax_scale is any
+        # finite number), so it is applied before the row max, not folded in after it.
+        s = s * qk_scale
         if MASKED:
             mask = visible(offs_m[:, None], offs_n[None, :], offs_n[None, :] < seqlen_k,
                            diff, window_left, window_right, BOUND_LEFT, BOUND_RIGHT)
@@ -54,10 +48,7 @@ def _fwd_stage(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs,
         if HAS_DROPOUT:
             keep = dropout_keep(rng_seed, rng_base, offs_m[:, None], offs_n[None, :], rng_stride, dropout_p)
             p = tl.where(keep, p, 0.0)
-        if MASKED or BLOCK_DV != HEAD_DV:
-            v = tl.load(v_ptrs, mask=v_mask, other=0.0)
-        else:
-            v = tl.load(v_ptrs)
+        v = load_head(V_head, offs_n, stride_vs, seqlen_k, 0, BLOCK_DV, HEAD_DV, MASKED)
         acc = tl.dot(p.to(v.dtype), v, acc=acc, input_precision=DOT_PRECISION)
         m_i = m_new
     return acc, l_i, m_i
@@ -65,7 +56,7 @@ def _fwd_stage(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs,
 
 # Values that vary per call but never change the code: not specialized (see mha.launch).
 FWD_DO_NOT_SPECIALIZE = ("seqlen_q", "seqlen_k", "num_heads_q", "group_size", "window_left", "window_right",
-                         "rng_seed", "rng_offset", "rng_stride")
+                         "rng_seed", "rng_offset", "rng_stride", "tile_chunk")
 
 
 @triton.jit(do_not_specialize=FWD_DO_NOT_SPECIALIZE)
@@ -74,16 +65,14 @@ def attn_fwd(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
              stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh,
              stride_lb, stride_lh,
              seqlen_q, seqlen_k, num_heads_q, group_size, window_left, window_right,
-             qk_scale, dropout_p, rng_seed, rng_offset, rng_stride,
+             qk_scale, dropout_p, rng_seed, rng_offset, rng_stride, tile_chunk,
              HEAD_DQK: tl.constexpr, HEAD_DV: tl.constexpr,
-             BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+             BLOCK_DQK: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              IS_VARLEN: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
              HAS_SINK: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """Grid (batch * Hq, cdiv(max seqlen_q, BLOCK_M)). Query blocks run last-first so that the
-    heaviest causal tiles of every head are scheduled before the light ones."""
-    bh = tl.program_id(0)
-    block_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    """Grid (batch * Hq * cdiv(max seqlen_q, BLOCK_M),): see common.tile_order."""
+    bh, block_m = tile_order(seqlen_q, tile_chunk, BLOCK_M, True)
     b = bh // num_heads_q
     h = bh % num_heads_q
     hk = h // group_size
@@ -94,15 +83,17 @@ def attn_fwd(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
         return
     diff = seqlen_k - seqlen_q
     offs_m = m0 + tl.arange(0, BLOCK_M)
-    offs_dqk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
     # IS_VARLEN: the launcher passes batch strides of 0, sequences are found through cu_seqlens.
     # Slice bases in int64 (tensors may exceed 2^31 elements), tile offsets below in int32.
     Q_head = Q + slice_offset(b, q_start, h, stride_qb, stride_qs, stride_qh)
     K_head = K + slice_offset(b, k_start, hk, stride_kb, stride_ks, stride_kh)
     V_head = V + slice_offset(b, k_start, hk, stride_vb, stride_vs, stride_vh)
-    q_mask = (offs_m[:, None] < seqlen_q) & (offs_dqk[None, :] < HEAD_DQK)
-    q = tl.load(Q_head + offs_m[:, None] * stride_qs + offs_dqk[None, :], mask=q_mask, other=0.0)
+    q = load_head(Q_head, offs_m, stride_qs, seqlen_q, 0, BLOCK_DQK, HEAD_DQK, True)
+    if BLOCK_DQK2 > 0:
+        q2 = load_head(Q_head, offs_m, stride_qs, seqlen_q, BLOCK_DQK, BLOCK_DQK2, HEAD_DQK, True)
+    else:
+        q2 = q
 
     if HAS_SINK:
         # The sink is one more logit with a zero value row: start the running max at it.
@@ -119,11 +110,11 @@ def attn_fwd(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
     # Left edge of a window (masked), the fully visible middle (unmasked), the diagonal/right
     # edge and the ragged tail (masked): one stage function, unrolled over the three stages.
     for stage in tl.static_range(LEADING_EDGE, TRAILING_EDGE + 1):
-        acc, l_i, m_i = _fwd_stage(acc, l_i, m_i, q, K_head, V_head, stride_ks, stride_vs, offs_m,
+        acc, l_i, m_i = _fwd_stage(acc, l_i, m_i, q, q2, K_head, V_head, stride_ks, stride_vs, offs_m,
                                    lo, full_lo, full_hi, hi, seqlen_k, diff, window_left, window_right, qk_scale,
                                    rng_seed_bh, rng_offset, rng_stride, dropout_p,
                                    stage, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
-                                   BLOCK_N, BLOCK_DQK, BLOCK_DV, DOT_PRECISION)
+                                   BLOCK_N, BLOCK_DQK, BLOCK_DQK2, BLOCK_DV, DOT_PRECISION)
     if HAS_DROPOUT:
         acc = acc * (1.0 / (1.0 - dropout_p))
     # Rows that saw no key (and no sink) have l = 0: output 0, lse -inf.
