@@ -232,11 +232,19 @@ class Geometry:
         return lse.stride(0), lse.stride(1)
 
 
-def _q_tile_chunk(geo: Geometry, spec: KernelSpec) -> int:
-    """tile_chunk in query slices for a kernel with one tile per BLOCK_M query rows."""
-    group = geo.heads_q // geo.heads_k
-    per_kv = group * triton.cdiv(geo.seqlen_q, spec.constexprs["BLOCK_M"])
-    return tile_chunk(geo.batch * geo.heads_k, per_kv) * group
+def _launch_tiles(spec: KernelSpec, kv_slices: int, group: int, seqlen: int, args: list) -> None:
+    """Launch a kernel with one tile per (slice, block of `seqlen`) in the grid that
+    mha.kernels.common.tile_order reads: (chunk, blocks, slices / chunk); the kernel's last
+    argument, tile_chunk, is appended. `group` is the slices per KV slice (1 for key tiles)."""
+    block = spec.constexprs["BLOCK_N" if spec.name == "bwd_dkdv" else "BLOCK_M"]
+    blocks = triton.cdiv(seqlen, block)
+    kv_chunk = tile_chunk(kv_slices, group * blocks)
+    chunk = kv_chunk * group
+    grid = (chunk, blocks, kv_slices // kv_chunk)
+    if max(grid[1:]) > MAX_GRID_YZ:
+        raise ValueError(f"{spec.name}: grid {grid} passes the {MAX_GRID_YZ} limit of its second and third axes "
+                         f"({seqlen} rows in blocks of {block})")
+    _launch(spec, grid, [*args, chunk])
 
 
 def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_scale: float,
@@ -252,10 +260,8 @@ def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_
             dummy_i32, cu_k if cu_k is not None else dummy_i32,
             *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(out), *geo.lse_strides(lse),
             geo.seqlen_q, geo.seqlen_k, geo.heads_q, geo.heads_q // geo.heads_k, window[0], window[1],
-            softmax_scale * LOG2E, dropout_p, rng[0], rng[1], geo.seqlen_k,
-            _q_tile_chunk(geo, spec)]
-    grid = (geo.batch * geo.heads_q * triton.cdiv(geo.seqlen_q, spec.constexprs["BLOCK_M"]),)
-    _launch(spec, grid, args)
+            softmax_scale * LOG2E, dropout_p, rng[0], rng[1], geo.seqlen_k]
+    _launch_tiles(spec, geo.batch * geo.heads_k, geo.heads_q // geo.heads_k, geo.seqlen_q, args)
     return out, lse
 
 
@@ -274,17 +280,15 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
     group = geo.heads_q // geo.heads_k
     tail = [window[0], window[1], softmax_scale * LOG2E, softmax_scale, dropout_p, rng[0], rng[1], geo.seqlen_k]
     spec = specs["bwd_dkdv"]
-    if geo.seqlen_k > 0:
-        _launch(spec, (geo.batch * geo.heads_k * triton.cdiv(geo.seqlen_k, spec.constexprs["BLOCK_N"]),),
-                [q, k, v, dout, lse, delta, dk, dv, dummy_i32, cu_k,
-                 *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dk), *geo.bsh(dv),
-                 *lse_strides, geo.seqlen_q, geo.seqlen_k, geo.heads_k, group, *tail,
-                 tile_chunk(geo.batch * geo.heads_k, triton.cdiv(geo.seqlen_k, spec.constexprs["BLOCK_N"]))])
+    _launch_tiles(spec, geo.batch * geo.heads_k, 1, geo.seqlen_k,
+                  [q, k, v, dout, lse, delta, dk, dv, dummy_i32, cu_k,
+                   *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dk), *geo.bsh(dv),
+                   *lse_strides, geo.seqlen_q, geo.seqlen_k, geo.heads_k, group, *tail])
     spec = specs["bwd_dq"]
-    _launch(spec, (geo.batch * geo.heads_q * triton.cdiv(geo.seqlen_q, spec.constexprs["BLOCK_M"]),),
-            [q, k, v, dout, lse, delta, dq, dummy_i32, cu_k,
-             *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dq),
-             *lse_strides, geo.seqlen_q, geo.seqlen_k, geo.heads_q, group, *tail, _q_tile_chunk(geo, spec)])
+    _launch_tiles(spec, geo.batch * geo.heads_k, group, geo.seqlen_q,
+                  [q, k, v, dout, lse, delta, dq, dummy_i32, cu_k,
+                   *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dq),
+                   *lse_strides, geo.seqlen_q, geo.seqlen_k, geo.heads_q, group, *tail])
     return dq, dk, dv, delta
 
 
@@ -296,14 +300,17 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
 TILE_CHUNK_TILES = 512
 
 
+MAX_GRID_YZ = 65535   # CUDA's limit on a grid's y and z sizes
+
+
 def tile_chunk(kv_slices: int, tiles_per_kv_slice: int, tiles: int | None = None) -> int:
     """KV slices (batch x KV head) per chunk of the tile order: the smallest divisor of kv_slices
-    whose chunk holds at least `tiles` (default TILE_CHUNK_TILES) tiles, all of them if none does.
-    A chunk of whole KV slices never splits a GQA group; query-tile kernels take chunk * group
-    query slices."""
+    whose chunk holds at least `tiles` (default TILE_CHUNK_TILES) tiles, all of them if none does,
+    and that leaves at most MAX_GRID_YZ chunks. A chunk of whole KV slices never splits a GQA
+    group; query-tile kernels take chunk * group query slices."""
     tiles = TILE_CHUNK_TILES if tiles is None else tiles
     for d in range(1, kv_slices + 1):
-        if kv_slices % d == 0 and d * tiles_per_kv_slice >= tiles:
+        if kv_slices % d == 0 and d * tiles_per_kv_slice >= tiles and kv_slices // d <= MAX_GRID_YZ:
             return d
     return max(1, kv_slices)
 

@@ -104,10 +104,10 @@ def attn_bwd_dkdv(Q, K, V, DOut, Lse, Delta, DK, DV, CuSeqlensQ, CuSeqlensK,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   IS_VARLEN: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
                   HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """Grid (batch * Hk * cdiv(max seqlen_k, BLOCK_N),), see common.tile_order: key blocks in
+    """Grid (chunk, cdiv(max seqlen_k, BLOCK_N), batch * Hk / chunk), see common.tile_order: key blocks in
     order, the causal ones that see the most queries first. Writes every key row of the
     sequence, zeros where no query sees it."""
-    bhk, block_n = tile_order(seqlen_k, tile_chunk, BLOCK_N, False)
+    bhk, block_n = tile_order(tile_chunk, False)
     b = bhk // num_heads_k
     hk = bhk % num_heads_k
     q_start, seqlen_q = sequence_bounds(CuSeqlensQ, b, seqlen_q, IS_VARLEN)
@@ -207,8 +207,9 @@ def attn_bwd_dq(Q, K, V, DOut, Lse, Delta, DQ, CuSeqlensQ, CuSeqlensK,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 IS_VARLEN: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
                 HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """Grid (batch * Hq * cdiv(max seqlen_q, BLOCK_M),), ordered as the forward's (common.tile_order)."""
-    bh, block_m = tile_order(seqlen_q, tile_chunk, BLOCK_M, True)
+    """Grid (chunk, cdiv(max seqlen_q, BLOCK_M), batch * Hq / chunk), ordered as the forward's
+    (common.tile_order)."""
+    bh, block_m = tile_order(tile_chunk, True)
     b = bh // num_heads_q
     h = bh % num_heads_q
     hk = h // group_size

@@ -114,25 +114,22 @@ def stage_span(lo, full_lo, full_hi, hi, STAGE: tl.constexpr):
 
 
 @triton.jit
-def tile_order(seqlen, chunk, BLOCK: tl.constexpr, HEAVY_FIRST: tl.constexpr):
-    """(slice index, block index) of this program in a 1-D grid of n_slices * cdiv(seqlen, BLOCK).
+def tile_order(chunk, HEAVY_FIRST: tl.constexpr):
+    """(slice index, block index) of this program in the grid (chunk, n_blocks, n_slices / chunk).
 
-    Slices ((batch, head) pairs) are taken `chunk` at a time (the launcher makes chunk divide
-    n_slices, see mha.launch.tile_chunk); within a chunk the slice index varies fastest. Two
-    pulls: tiles that run at the same time should share K/V (or Q/dO) in L2, so few slices at a
-    time; and causal tiles should start heaviest first over as many tiles as possible, so the
-    light ones fill the tail. HEAVY_FIRST runs blocks last-first (query tiles: the last sees the
-    most keys); without it first-first (key tiles of the backward). `seqlen` is the launch's
-    (maximum) length, the one the grid was sized with.
+    Programs start in grid order, x fastest: slices ((batch, head) pairs) are taken `chunk` at a
+    time, and within a chunk block by block, every slice of the chunk at each block (see
+    mha.launch.tile_chunk for the size). Two pulls: tiles that run at the same time should share
+    K/V (or Q/dO) in L2, so few slices at a time; and causal tiles should start heaviest first
+    over many tiles, so the light ones fill the tail. HEAVY_FIRST runs blocks last-first (query
+    tiles: the last sees the most keys); without it first-first (key tiles of the backward).
+    Three grid axes rather than one split by division: the division by a run-time chunk cost
+    the varlen forward 29 registers a thread on sm90, and with them its second resident tile.
     """
-    n_blocks = tl.cdiv(seqlen, BLOCK)
-    pid = tl.program_id(0)
-    per_chunk = chunk * n_blocks
-    rest = pid % per_chunk
-    slice_index = (pid // per_chunk) * chunk + rest % chunk
-    block = rest // chunk
+    slice_index = tl.program_id(2) * chunk + tl.program_id(0)
+    block = tl.program_id(1)
     if HEAVY_FIRST:
-        block = n_blocks - 1 - block
+        block = tl.num_programs(1) - 1 - block
     return slice_index, block
 
 

@@ -71,8 +71,8 @@ def attn_fwd(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              IS_VARLEN: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
              HAS_SINK: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """Grid (batch * Hq * cdiv(max seqlen_q, BLOCK_M),): see common.tile_order."""
-    bh, block_m = tile_order(seqlen_q, tile_chunk, BLOCK_M, True)
+    """Grid (chunk, cdiv(max seqlen_q, BLOCK_M), batch * Hq / chunk): see common.tile_order."""
+    bh, block_m = tile_order(tile_chunk, True)
     b = bh // num_heads_q
     h = bh % num_heads_q
     hk = h // group_size
