@@ -25,6 +25,7 @@ input); a stride >= 2^31 at runtime makes Triton's JIT pass it as i64 (a separat
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -159,9 +160,10 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
     """Specs of the kernels of `problem` on `arch`: "fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq"."""
     ptr = "*" + problem.dtype
     drop_p = 0.5 if problem.dropout else 0.0  # only its being > 0 matters to the bucket rule
+    block_dqk, block_dqk2 = head_split(problem.dqk)
     common = dict(
         HEAD_DQK=problem.dqk, HEAD_DV=problem.dv,
-        BLOCK_DQK=head_split(problem.dqk)[0], BLOCK_DQK2=head_split(problem.dqk)[1], BLOCK_DV=_block_dim(problem.dv),
+        BLOCK_DQK=block_dqk, BLOCK_DQK2=block_dqk2, BLOCK_DV=_block_dim(problem.dv),
         IS_VARLEN=problem.varlen, BOUND_LEFT=problem.bound_left, BOUND_RIGHT=problem.bound_right,
     )
     # fp32 inputs use full-precision dots (Hopper would otherwise round operands to tf32). For
@@ -240,6 +242,45 @@ class Geometry:
         return lse.stride(0), lse.stride(1)
 
 
+# Tiles per chunk of the tile order (mha.kernels.common.tile_order): enough for several waves
+# of the GPU's SMs (132 on an H200), so causal tiles still start heaviest first within a chunk,
+# and few enough heads that their K/V (Q/dO for key tiles) stay in L2 while the chunk runs.
+# Measured on the H200 (docs/configs.md): one head at a time lost 10 % on causal GQA backward
+# against all heads at once; all heads at once lost 13 % on the causal d192 forward.
+TILE_CHUNK_TILES = 512
+
+
+MAX_GRID_YZ = 65535   # CUDA's limit on a grid's y and z sizes
+
+
+def tile_chunk(kv_slices: int, tiles_per_kv_slice: int, tiles: int | None = None) -> int:
+    """KV slices (batch x KV head) per chunk of the tile order: the smallest divisor of kv_slices
+    whose chunk holds at least `tiles` (default TILE_CHUNK_TILES) tiles, all of them if none does,
+    and that leaves at most MAX_GRID_YZ chunks. A chunk of whole KV slices never splits a GQA
+    group; query-tile kernels take chunk * group query slices."""
+    tiles = TILE_CHUNK_TILES if tiles is None else tiles
+    if kv_slices <= 0:
+        return 1
+    if tiles_per_kv_slice <= 0:     # nothing to launch: one chunk
+        return kv_slices
+    at_least = max(1, -(-tiles // tiles_per_kv_slice), -(-kv_slices // MAX_GRID_YZ))
+    return _smallest_divisor_at_least(kv_slices, min(at_least, kv_slices))
+
+
+@functools.lru_cache(maxsize=4096)
+def _smallest_divisor_at_least(n: int, at_least: int) -> int:
+    """Every launch asks this (decode calls many times a second): O(sqrt n) once, then cached."""
+    best = n
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            for divisor in (d, n // d):
+                if at_least <= divisor < best:
+                    best = divisor
+        d += 1
+    return best
+
+
 def _launch_tiles(spec: KernelSpec, kv_slices: int, group: int, seqlen: int, args: list) -> None:
     """Launch a kernel with one tile per (slice, block of `seqlen`) in the grid that
     mha.kernels.common.tile_order reads: (chunk, blocks, slices / chunk); the kernel's last
@@ -298,29 +339,6 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
                    *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dq),
                    *lse_strides, geo.seqlen_q, geo.seqlen_k, geo.heads_q, group, *tail])
     return dq, dk, dv, delta
-
-
-# Tiles per chunk of the tile order (mha.kernels.common.tile_order): enough for several waves
-# of the GPU's SMs (132 on an H200), so causal tiles still start heaviest first within a chunk,
-# and few enough heads that their K/V (Q/dO for key tiles) stay in L2 while the chunk runs.
-# Measured on the H200 (docs/configs.md): one head at a time lost 10 % on causal GQA backward
-# against all heads at once; all heads at once lost 13 % on the causal d192 forward.
-TILE_CHUNK_TILES = 512
-
-
-MAX_GRID_YZ = 65535   # CUDA's limit on a grid's y and z sizes
-
-
-def tile_chunk(kv_slices: int, tiles_per_kv_slice: int, tiles: int | None = None) -> int:
-    """KV slices (batch x KV head) per chunk of the tile order: the smallest divisor of kv_slices
-    whose chunk holds at least `tiles` (default TILE_CHUNK_TILES) tiles, all of them if none does,
-    and that leaves at most MAX_GRID_YZ chunks. A chunk of whole KV slices never splits a GQA
-    group; query-tile kernels take chunk * group query slices."""
-    tiles = TILE_CHUNK_TILES if tiles is None else tiles
-    for d in range(1, kv_slices + 1):
-        if kv_slices % d == 0 and d * tiles_per_kv_slice >= tiles and kv_slices // d <= MAX_GRID_YZ:
-            return d
-    return max(1, kv_slices)
 
 
 def default_scale(dqk: int) -> float:

@@ -173,6 +173,19 @@ def test_tile_chunk_is_a_divisor_reaching_the_tile_count(kv_slices, per_slice, t
     assert launch.tile_chunk(kv_slices, per_slice, tiles) == chunk
 
 
+def test_tile_chunk_matches_its_definition():
+    """Brute force over small cases: the smallest divisor d of n with d * per >= tiles and at most
+    MAX_GRID_YZ chunks, n itself when none (or nothing to launch)."""
+    def oracle(n, per, tiles):
+        ok = [d for d in range(1, n + 1) if n % d == 0 and d * per >= tiles and n // d <= launch.MAX_GRID_YZ]
+        return ok[0] if ok else n
+    for n in range(1, 200):
+        for per in (0, 1, 3, 16, 96, 600):
+            for tiles in (1, 7, 512):
+                assert launch.tile_chunk(n, per, tiles) == oracle(n, per, tiles), (n, per, tiles)
+    assert launch.tile_chunk(200_000, 1, 1) == 4    # 50000 chunks: within the y/z limit, unlike 1 or 2
+
+
 @pytest.mark.parametrize("chunk_tiles", [1, 7, 10**6], ids=["one-slice", "some-slices", "all"])
 def test_every_tile_order_covers_every_tile(monkeypatch, chunk_tiles, device):
     """Several chunks, chunks of one KV slice and one chunk for all: every tile of the forward
