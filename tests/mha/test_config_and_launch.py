@@ -195,3 +195,12 @@ def test_every_tile_order_covers_every_tile(monkeypatch, chunk_tiles, device):
     monkeypatch.setattr(launch, "TILE_CHUNK_TILES", chunk_tiles)
     run_dense(Case(batch=3, seqlen_q=80, seqlen_k=80, heads_q=4, heads_k=2, dqk=32, dv=32, causal=True),
               torch.float16, device)
+
+
+def test_grid_past_the_y_z_limit_is_a_clear_error(monkeypatch, device):
+    """More blocks than a grid axis holds: a ValueError naming the kernel and the limit, not a
+    CUDA launch failure."""
+    monkeypatch.setattr(launch, "MAX_GRID_YZ", 2)
+    q = torch.zeros(1, 1000, 2, 32, dtype=torch.float16, device=device)    # more than 2 blocks on any arch
+    with pytest.raises(ValueError, match=r"fwd: grid .* passes the 2 limit"):
+        mha.flash_attn_func(q, q, q)
