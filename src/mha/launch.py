@@ -160,19 +160,22 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
     """Specs of the kernels of `problem` on `arch`: "fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq"."""
     ptr = "*" + problem.dtype
     drop_p = 0.5 if problem.dropout else 0.0  # only its being > 0 matters to the bucket rule
-    block_dqk, block_dqk2 = head_split(problem.dqk)
     common = dict(
-        HEAD_DQK=problem.dqk, HEAD_DV=problem.dv,
-        BLOCK_DQK=block_dqk, BLOCK_DQK2=block_dqk2, BLOCK_DV=_block_dim(problem.dv),
+        HEAD_DQK=problem.dqk, HEAD_DV=problem.dv, BLOCK_DV=_block_dim(problem.dv),
         IS_VARLEN=problem.varlen, BOUND_LEFT=problem.bound_left, BOUND_RIGHT=problem.bound_right,
     )
+    fwd_split = head_split(problem.dqk)
+    # The backward splits only beside a V tile of at most 128: with 256 (d160) the dK/dV kernel
+    # already sits at 255 registers on sm90, and the second dK accumulator took it to 1648 spills.
+    bwd_split = fwd_split if _block_dim(problem.dv) <= 128 else (_block_dim(problem.dqk), 0)
     # fp32 inputs use full-precision dots (Hopper would otherwise round operands to tf32). For
     # fp16/bf16 operands the setting means nothing, but it is still checked against the target:
     # gfx950 accepts only "ieee" (and bf16x3/x6 on 3.8), so "tf32" there failed to compile.
     precision = "ieee"
     specs = {}
     bucket, cfg = config_mod.resolve("forward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config)
-    constexprs = dict(common, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], HAS_SINK=problem.has_sink,
+    constexprs = dict(common, BLOCK_DQK=fwd_split[0], BLOCK_DQK2=fwd_split[1],
+                      BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], HAS_SINK=problem.has_sink,
                       HAS_DROPOUT=problem.dropout, DOT_PRECISION=precision)
     specs["fwd"] = KernelSpec("fwd", attn_fwd, _ordered(attn_fwd, _fwd_signature(ptr), constexprs), constexprs,
                               cfg["num_warps"], cfg["num_stages"], bucket, "forward")
@@ -186,7 +189,8 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
                                          cfg["num_warps"], 1, bucket, "backward")
     for name, fn, bm, bn, kind in (("bwd_dkdv", attn_bwd_dkdv, "BLOCK_M1", "BLOCK_N1", "dkdv"),
                                    ("bwd_dq", attn_bwd_dq, "BLOCK_M2", "BLOCK_N2", "dq")):
-        constexprs = dict(common, BLOCK_M=cfg[bm], BLOCK_N=cfg[bn], HAS_DROPOUT=problem.dropout,
+        constexprs = dict(common, BLOCK_DQK=bwd_split[0], BLOCK_DQK2=bwd_split[1],
+                          BLOCK_M=cfg[bm], BLOCK_N=cfg[bn], HAS_DROPOUT=problem.dropout,
                           DOT_PRECISION=precision)
         specs[name] = KernelSpec(name, fn, _ordered(fn, _bwd_signature(ptr, kind), constexprs), constexprs,
                                  cfg["num_warps"], cfg["num_stages"], bucket, "backward")
