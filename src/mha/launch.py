@@ -285,16 +285,16 @@ def _smallest_divisor_at_least(n: int, at_least: int) -> int:
     return best
 
 
-def _launch_tiles(spec: KernelSpec, kv_slices: int, group: int, seqlen: int, args: list) -> None:
-    """Launch a kernel with one tile per (slice, block of `seqlen`) in the grid that
+def _launch_tiles(spec: KernelSpec, kv_slices: int, group: int, seqlen: int, block: int, args: list) -> None:
+    """Launch a kernel with one tile per (slice, `block` rows of `seqlen`) in the grid that
     mha.kernels.common.tile_order reads: (chunk, blocks, slices / chunk); the kernel's last
     argument, tile_chunk, is appended. `group` is the slices per KV slice (1 for key tiles)."""
-    block = spec.constexprs["BLOCK_N" if spec.name == "bwd_dkdv" else "BLOCK_M"]
     blocks = triton.cdiv(seqlen, block)
     kv_chunk = tile_chunk(kv_slices, group * blocks)
     chunk = kv_chunk * group
     grid = (chunk, blocks, kv_slices // kv_chunk)
-    if max(grid[1:]) > MAX_GRID_YZ:
+    # tile_chunk keeps the chunk count (z) within the limit; only the block count (y) can pass it.
+    if blocks > MAX_GRID_YZ:
         raise ValueError(f"{spec.name}: grid {grid} passes the {MAX_GRID_YZ} limit of its second and third axes "
                          f"({seqlen} rows in blocks of {block})")
     _launch(spec, grid, [*args, chunk])
@@ -314,7 +314,8 @@ def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_
             *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(out), *geo.lse_strides(lse),
             geo.seqlen_q, geo.seqlen_k, geo.heads_q, geo.heads_q // geo.heads_k, window[0], window[1],
             softmax_scale * LOG2E, dropout_p, rng[0], rng[1], geo.seqlen_k]
-    _launch_tiles(spec, geo.batch * geo.heads_k, geo.heads_q // geo.heads_k, geo.seqlen_q, args)
+    _launch_tiles(spec, geo.batch * geo.heads_k, geo.heads_q // geo.heads_k, geo.seqlen_q,
+                  spec.constexprs["BLOCK_M"], args)
     return out, lse
 
 
@@ -333,12 +334,12 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
     group = geo.heads_q // geo.heads_k
     tail = [window[0], window[1], softmax_scale * LOG2E, softmax_scale, dropout_p, rng[0], rng[1], geo.seqlen_k]
     spec = specs["bwd_dkdv"]
-    _launch_tiles(spec, geo.batch * geo.heads_k, 1, geo.seqlen_k,
+    _launch_tiles(spec, geo.batch * geo.heads_k, 1, geo.seqlen_k, spec.constexprs["BLOCK_N"],
                   [q, k, v, dout, lse, delta, dk, dv, dummy_i32, cu_k,
                    *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dk), *geo.bsh(dv),
                    *lse_strides, geo.seqlen_q, geo.seqlen_k, geo.heads_k, group, *tail])
     spec = specs["bwd_dq"]
-    _launch_tiles(spec, geo.batch * geo.heads_k, group, geo.seqlen_q,
+    _launch_tiles(spec, geo.batch * geo.heads_k, group, geo.seqlen_q, spec.constexprs["BLOCK_M"],
                   [q, k, v, dout, lse, delta, dq, dummy_i32, cu_k,
                    *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dq),
                    *lse_strides, geo.seqlen_q, geo.seqlen_k, geo.heads_q, group, *tail])
