@@ -97,7 +97,9 @@ def register(sub) -> None:
     # Documents measured already (by `perf measure`, or copied from a GPU machine): no measuring.
     p.add_argument("--measurement", action="append", default=[], metavar="TOOLCHAIN=FILE",
                    help="refresh from this mha-ci.perf/1 document measured on --arch with that toolchain instead "
-                        "of measuring (repeat per toolchain; needs --arch)")
+                        "of measuring (one per toolchain; needs --arch). Naming a toolchain again adds a "
+                        "re-measurement of the same commit: it stands in for the shapes the earlier "
+                        "documents had stalled or too noisy (refresh.remeasure_rounds)")
     p.add_argument("--checksums", action="append", default=[], metavar="TOOLCHAIN=FILE",
                    help="with --measurement: mha-ci.codeobj/1 document to store as "
                         "perf_baselines/code_objects/TOOLCHAIN.json")
@@ -298,14 +300,14 @@ def cmd_refresh(args) -> int:
         if not args.arch:
             raise ConfigError("--measurement needs --arch: the arch the documents were measured on", key="--arch")
         arch = args.arch
-        measure_fn, toolchains, checksums_fn, durations_fn = _measured_files(args)
+        measure_fn, remeasure_fn, toolchains, checksums_fn, durations_fn = _measured_files(args)
     else:
         if args.checksums or args.durations:
             raise ConfigError("--checksums and --durations go with --measurement", key="--checksums")
         arch = args.arch or _local_arch(pipeline)
-        measure_fn = _measured_here(args, pipeline, arch, out_dir)
+        measure_fn, remeasure_fn = _measured_here(args, pipeline, arch, out_dir)
         toolchains, checksums_fn, durations_fn = args.toolchain, None, None
-    result = refresh(pipeline, arch, measure_fn, out_dir=out_dir, toolchains=toolchains,
+    result = refresh(pipeline, arch, measure_fn, remeasure_fn=remeasure_fn, out_dir=out_dir, toolchains=toolchains,
                      checksums_fn=checksums_fn, durations_fn=durations_fn, today=args.date, always=args.always,
                      allow_unpinned=args.pins == "record")
     print(f"mha-ci perf refresh: {result.status}" + (f" on branch {result.branch}" if result.branch else "")
@@ -317,7 +319,7 @@ def cmd_refresh(args) -> int:
 def _measured_here(args, pipeline, arch: str, out_dir: Path):
     """The measure function of a refresh that measures HEAD on this machine."""
     from mha_ci.executors import make_executor
-    from mha_ci.perf.measure import measure_full
+    from mha_ci.perf.measure import measure_full, remeasure_shapes
     from mha_ci.refresh.branch import uncommitted
 
     # A baseline is stored as the measurement of HEAD: measuring other code would misattribute it.
@@ -327,27 +329,45 @@ def _measured_here(args, pipeline, arch: str, out_dir: Path):
                           f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); a baseline is measured "
                           "from a commit: commit or stash them first")
     executor = make_executor(args.executor, args.root, pin_mode=args.pins)
-    return measure_full(executor, pipeline, out_dir, f"measure-{arch}")
+    return (measure_full(executor, pipeline, out_dir, f"measure-{arch}"),
+            remeasure_shapes(executor, pipeline, out_dir, f"measure-{arch}"))
 
 
 def _measured_files(args):
-    """(measure_fn, toolchains, checksums_fn, durations_fn) over documents measured elsewhere."""
-    measurements = {name: _read_json(path) for name, path in _pairs(args.measurement, "--measurement").items()}
-    checksums = {name: _read_json(path) for name, path in _pairs(args.checksums, "--checksums").items()}
-    durations = {name: _read_json(path) for name, path in _pairs(args.durations, "--durations").items()}
-    return ((lambda arch, toolchain: measurements[toolchain.name]), list(measurements),
+    """(measure_fn, remeasure_fn, toolchains, checksums_fn, durations_fn) over documents measured
+    elsewhere: a toolchain's first document is its run, the later ones its re-measurements."""
+    runs: dict[str, list[dict]] = {}
+    for name, path in _pairs(args.measurement, "--measurement"):
+        runs.setdefault(name, []).append(_read_json(path))
+    checksums = {name: _read_json(path) for name, path in _single(_pairs(args.checksums, "--checksums"), "--checksums")}
+    durations = {name: _read_json(path) for name, path in _single(_pairs(args.durations, "--durations"), "--durations")}
+
+    def remeasure_fn(arch, toolchain, keys, round_):
+        later = runs[toolchain.name][1:]
+        return later[round_ - 1] if round_ <= len(later) else None
+
+    return ((lambda arch, toolchain: runs[toolchain.name][0]), remeasure_fn, list(runs),
             (lambda toolchain: checksums.get(toolchain.name)) if checksums else None,
             (lambda arch: durations) if durations else None)
 
 
-def _pairs(values: list[str], option: str) -> dict[str, Path]:
-    found = {}
+def _pairs(values: list[str], option: str) -> list[tuple[str, Path]]:
+    found = []
     for value in values:
         name, sep, path = value.partition("=")
         if not sep or not name or not path:
             raise ConfigError(f"{option} takes NAME=FILE, not {value!r}", key=option)
-        found[name] = Path(path)
+        found.append((name, Path(path)))
     return found
+
+
+def _single(pairs: list[tuple[str, Path]], option: str) -> list[tuple[str, Path]]:
+    """The pairs of an option that takes each name once (a second file would silently win)."""
+    names = [name for name, _ in pairs]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ConfigError(f"{option} names {', '.join(twice)} more than once", key=option)
+    return pairs
 
 
 def _read_json(path: Path) -> dict:

@@ -108,8 +108,9 @@ def render(pipeline: Pipeline) -> str:
         + ("; given labels, only what they select." if manual.labels == "replace" else "."),
         f"- Nightly (cron `{NIGHTLY_CRON}`, UTC): {_runs_text(pipeline, 'schedule')}. Each refresh re-measures its "
         "arch and opens a pull request `baseline-refresh/<date>-<arch>` with the new baselines, old vs new per "
-        "shape and both provenances; it refuses a stalled, noisy or mismatched measurement. Each shape keeps its "
-        "last runs, whose spread widens its gate."
+        "shape and both provenances. A shape that stalled or was noisy is measured again; one disturbed every time, "
+        "or a mismatched measurement, refuses the refresh. Each shape keeps its last runs of the same kernel, "
+        "whose spread widens its gate."
         + _golden_text(pipeline),
         "",
         "### Where jobs run",

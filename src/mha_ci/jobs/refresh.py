@@ -10,17 +10,20 @@ from mha_ci.executors.base import Executor
 from mha_ci.jobs import JobResult
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Job
-from mha_ci.perf.measure import measure_full
+from mha_ci.perf.measure import measure_full, remeasure_shapes
 from mha_ci.refresh.core import refresh
 
 
 def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> JobResult:
     """refresh-<arch>-<toolchain>: measure the full set and hand it to mha_ci.refresh, which
-    checks it (noise, stalls, provenance against the pins) and commits the new baseline on a
-    branch for a pull request, or refuses with every reason (it never overwrites silently)."""
+    checks it (noise, stalls, provenance against the pins), measures again the shapes it caught
+    disturbed, and commits the new baseline on a branch for a pull request, or refuses with every
+    reason (it never overwrites silently). Under `--pins record` the baseline is marked unpinned."""
     rel = f"jobs/{job.id}"
     result = refresh(pipeline, job.arch, measure_full(executor, pipeline, out_dir, rel),
-                     out_dir=Path(out_dir) / rel / "refresh", toolchains=[job.toolchain])
+                     remeasure_fn=remeasure_shapes(executor, pipeline, out_dir, rel),
+                     out_dir=Path(out_dir) / rel / "refresh", toolchains=[job.toolchain],
+                     allow_unpinned=executor.pin_mode == "record")
     return JobResult(job_id=job.id, kind=job.kind, verdict="pass", exit_code=ExitCode.OK,
                      artifacts=[f"{rel}/{job.toolchain}/perf.json"],
                      message=f"{result.status}" + (f" on {result.branch}" if result.branch else ""),

@@ -58,7 +58,7 @@ def combine(docs: list[dict], names: list[str] | None = None, max_noise_pct: flo
         why = comparable.refusal(first["provenance"], doc["provenance"])
         if why:
             raise ConfigError(f"{name} cannot be combined with {names[0]}: {why}")
-        if _method_core(doc["method"]) != _method_core(first["method"]):
+        if method_core(doc["method"]) != method_core(first["method"]):
             raise ConfigError(f"{name} was measured with another method than {names[0]}")
     keys = [e["key"] for e in first["results"]]
     for name, doc in zip(names[1:], docs[1:]):
@@ -77,7 +77,7 @@ def combine(docs: list[dict], names: list[str] | None = None, max_noise_pct: flo
             "results": results}
 
 
-def _method_core(method: dict) -> tuple:
+def method_core(method: dict) -> tuple:
     return tuple(method.get(k) for k in ("warmup", "dispatches", "reps", "trim_low_pct", "trim_high_pct",
                                          "l2_flush", "seed"))
 
@@ -105,22 +105,25 @@ def _combine_shape(entries: list[dict], names: list[str], max_noise_pct: float) 
     return {**{k: v for k, v in nearest.items() if k != "stats"}, "stats": stats, "error": None}
 
 
-def roll(old: dict | None, new: dict, window: int) -> tuple[dict, str | None]:
+def roll(old: dict | None, new: dict, window: int, restart: str | None = None) -> tuple[dict, str | None]:
     """The nightly refresh's baseline: the new full-set run joined to the stored baseline's
     history, per shape the last `window` runs' trimmed means (`run_trimmed_means_us`), their
     median as the value and their spread as `between_run_noise_pct`. Every other statistic is the
     new run's. Returns (baseline, why the history was dropped or None): a baseline that
     mha_ci.perf.comparable refuses to compare (another GPU, arch, kernel, toolchain or Triton
-    release), or of another method, is not history of this one.
+    release), or of another method, or that the caller says times another build (`restart`, the
+    reason), is not history of this one.
     """
     if window < 1:
         raise ConfigError("history_runs must be at least 1")
     reset = None
-    if old is None:
+    if restart and old is not None:
+        reset = restart
+    elif old is None:
         reset = "no stored baseline"
     else:
         reset = comparable.refusal(old["provenance"], new["provenance"])
-        if not reset and _method_core(old["method"]) != _method_core(new["method"]):
+        if not reset and method_core(old["method"]) != method_core(new["method"]):
             reset = "the stored baseline was measured with another method"
     history_of = None if reset else old     # None whenever old is (reset then says so)
     history = {} if history_of is None else {e["key"]: e for e in history_of["results"] if e.get("stats")}

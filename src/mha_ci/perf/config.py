@@ -41,6 +41,7 @@ class GateSpec(_Strict):
 class RefreshSpec(_Strict):
     max_noise_pct: float = Field(gt=0)
     history_runs: int = Field(default=5, ge=1)
+    remeasure_rounds: int = Field(default=2, ge=0)
 
 
 class MeasureSpec(_Strict):

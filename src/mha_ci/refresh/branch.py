@@ -42,6 +42,16 @@ def uncommitted(repo: Path) -> list[str]:
     return [path for path in _git(repo, "diff", "--name-only", "-z", "HEAD").split("\0") if path]
 
 
+def changed_paths(repo: Path, a: str, b: str, paths: tuple[str, ...]) -> list[str] | None:
+    """Files under `paths` that differ between commits a and b; None when git cannot tell
+    (a commit not in this clone)."""
+    done = subprocess.run(["git", "-C", str(repo), "diff", "--name-only", a, b, "--", *paths],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return None
+    return [line for line in done.stdout.splitlines() if line]
+
+
 def branch_exists(repo: Path, branch: str) -> bool:
     done = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"],
                           capture_output=True, text=True, check=False)

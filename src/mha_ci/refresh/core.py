@@ -6,8 +6,9 @@ A measurement becomes a baseline only when it is one a gate can trust. Refusals,
   exit 1 (a gate failed: the measurement is not fit to be a baseline)
     - the document is not a valid mha-ci.perf/1 document, or covers a subset instead of every shape
     - a shape failed to run (stats null) or stalled (a dispatch far above the median, see
-      mha_ci.perf.stats): a stall means the machine was disturbed while measuring
-    - a shape's noise is above pipelines/perf.yaml `refresh.max_noise_pct`
+      mha_ci.perf.stats), or its noise is above pipelines/perf.yaml `refresh.max_noise_pct`, in
+      the first run and in every re-measurement of it (mha_ci.refresh.remeasure: a stall means
+      the machine was disturbed while that shape ran, so the shape is measured again first)
   exit 3 (environment: the runner is not the machine the baseline is for)
     - provenance does not match: another arch, another toolchain name, torch/triton versions
       other than the toolchain's lock pins, or another GPU than the stored baseline's (a GPU change
@@ -22,6 +23,11 @@ only some toolchains are refreshed). When no shape moved beyond
 its threshold, no shape came or went and the other refreshed files are unchanged, no branch is
 made (status "unchanged") unless `always` is set: a nightly pull request of pure noise would teach
 people to merge them unread.
+
+History: a stored baseline keeps the last `refresh.history_runs` runs per shape, and its value is
+their median. Runs of another kernel build are not history of this one: when the kernel package
+(src/mha) differs between a kept run's commit and the measured one, the history restarts, or a
+kernel change would reach the baseline only after most of the window had been re-measured.
 """
 from __future__ import annotations
 
@@ -45,14 +51,21 @@ from mha_ci.perf.combine import roll
 from mha_ci.perf.compare import Comparison, GatePolicy, compare
 from mha_ci.perf.document import SCHEMA as PERF_SCHEMA
 from mha_ci.perf.document import check_perf
-from mha_ci.perf.stats import stall_from_summary
 from mha_ci.refresh import branch as git_branch
 from mha_ci.refresh import report
+from mha_ci.refresh.remeasure import disturbances, splice
 
 
 MeasureFn = Callable[[Arch, Toolchain], dict]            # -> mha-ci.perf/1 document
+# (arch, toolchain, shape keys, round from 1) -> a document holding at least those shapes, or
+# None when no further run can be had (documents measured elsewhere have run out)
+RemeasureFn = Callable[[Arch, Toolchain, list[str], int], dict | None]
 ChecksumsFn = Callable[[Toolchain], dict | None]         # -> mha-ci.codeobj/1 document, or None: keep
 DurationsFn = Callable[[Arch], Mapping[str, dict]]       # -> {path under perf_baselines/test_durations/: doc}
+
+
+# What decides the code that runs: a kept run of a commit that differs here is another build.
+KERNEL_PATHS = ("src/mha",)
 
 
 class RefreshRefused(MhaCiError):
@@ -71,6 +84,8 @@ class RefreshPolicy:
     # Runs per shape kept in a baseline (mha_ci.perf.combine.roll): its between-run spread is
     # what keeps a shape that moves between machines from failing every other pull request.
     history_runs: int = 5
+    # Times a refresh measures again the shapes a run caught disturbed (mha_ci.refresh.remeasure).
+    remeasure_rounds: int = 2
 
     @classmethod
     def from_pipelines(cls, root: Path) -> "RefreshPolicy":
@@ -78,7 +93,10 @@ class RefreshPolicy:
 
         spec = load_perf_file(root)
         return cls(max_noise_pct=spec.refresh.max_noise_pct, gate=gate_policy(spec),
-                   history_runs=spec.refresh.history_runs)
+                   history_runs=spec.refresh.history_runs, remeasure_rounds=spec.refresh.remeasure_rounds)
+
+    def disturbances(self, doc: dict) -> dict[str, str]:
+        return disturbances(doc, self.max_noise_pct, self.gate.stall_factor, self.gate.stall_min_excess_us)
 
 
 @dataclass
@@ -138,20 +156,34 @@ def measurement_problems(doc: dict, arch: Arch, toolchain: Toolchain, old: dict 
     subset = (doc.get("selection") or {}).get("subset")
     if subset not in (None, "full"):
         bad.append(f"{where}: measured the '{subset}' subset; a baseline needs every shape (subset 'full')")
-    for entry in doc["results"]:
-        key, stats = entry["key"], entry.get("stats")
-        if stats is None:
-            bad.append(f"{where}: {key} failed to run: {entry.get('error')}")
-            continue
-        stall = stats.get("stall") or stall_from_summary(stats, policy.gate.stall_factor,
-                                                        policy.gate.stall_min_excess_us)
-        if stall:
-            detail = f" ({stall.get('worst_us')} us, {stall.get('ratio')}x the median)" if isinstance(stall, dict) else ""
-            bad.append(f"{where}: {key} stalled{detail}")
-        if stats["noise_pct"] > policy.max_noise_pct:
-            bad.append(f"{where}: {key} noise {stats['noise_pct']:.1f} % > refresh.max_noise_pct "
-                       f"{policy.max_noise_pct:.1f} % (pipelines/perf.yaml)")
+    rounds = (doc.get("selection") or {}).get("remeasure_rounds") or 0
+    again = f", and again in {rounds} re-measurement(s)" if rounds else ""
+    for key, why in policy.disturbances(doc).items():
+        bad.append(f"{where}: {key} {why}{again}")
     return bad, mismatch
+
+
+def remeasured(doc: dict, arch: Arch, toolchain: Toolchain, remeasure_fn: RemeasureFn | None,
+               policy: RefreshPolicy) -> dict:
+    """`doc` with its disturbed shapes measured again, up to policy.remeasure_rounds times
+    (mha_ci.refresh.remeasure); `selection.remeasure_rounds` says how many rounds ran."""
+    if remeasure_fn is None or check_perf(doc):
+        return doc
+    for round_ in range(1, policy.remeasure_rounds + 1):
+        disturbed = policy.disturbances(doc)
+        if not disturbed:
+            break
+        again = remeasure_fn(arch, toolchain, sorted(disturbed), round_)
+        if again is None:
+            break
+        problem = check_perf(again)
+        if problem:
+            raise ConfigError(f"re-measurement {round_} of {arch.name}/{toolchain.name}: not a {PERF_SCHEMA} "
+                              f"document: {problem}")
+        doc = splice(doc, again, disturbed, f"re-measurement {round_}", policy.max_noise_pct,
+                     policy.gate.stall_factor, policy.gate.stall_min_excess_us)
+        doc["selection"]["remeasure_rounds"] = round_
+    return doc
 
 
 def _moved(comparison: Comparison | None) -> list[str]:
@@ -174,6 +206,7 @@ def _encode(doc: dict) -> bytes:
 # -- refresh ---------------------------------------------------------------------------------
 
 def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Path,
+            remeasure_fn: RemeasureFn | None = None,
             checksums_fn: ChecksumsFn | None = None, durations_fn: DurationsFn | None = None,
             toolchains: list[str] | None = None, policy: RefreshPolicy | None = None,
             today: _dt.date | None = None, always: bool = False, allow_unpinned: bool = False) -> RefreshResult:
@@ -196,10 +229,11 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
     base_commit = git_branch.head_commit(root)
 
     # 1. measure and check everything before anything is written
-    measured = _measure_and_check(pipeline, arch_spec, names, measure_fn, policy, out_dir, allow_unpinned)
+    measured = _measure_and_check(pipeline, arch_spec, names, measure_fn, remeasure_fn, policy, out_dir,
+                                  allow_unpinned)
 
     # 2. the files of the commit
-    files, comparisons, history, changed = _baseline_files(arch, measured, policy, always)
+    files, comparisons, history, changed = _baseline_files(root, arch, measured, policy, always)
     extra = _other_files(pipeline, arch_spec, names, checksums_fn, durations_fn)
     for rel, data in extra.items():
         current = root / rel
@@ -239,14 +273,15 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
 
 
 def _measure_and_check(pipeline: Pipeline, arch_spec: Arch, names: list[str], measure_fn: MeasureFn,
-                       policy: RefreshPolicy, out_dir: Path, allow_unpinned: bool) -> dict[str, tuple[dict | None, dict]]:
+                       remeasure_fn: RemeasureFn | None, policy: RefreshPolicy, out_dir: Path,
+                       allow_unpinned: bool) -> dict[str, tuple[dict | None, dict]]:
     """toolchain -> (stored baseline or None, new measurement); RefreshRefused (with every
     toolchain's problems, recorded in out_dir/refresh.json) when any measurement is unfit."""
     root = Path(pipeline.root)
     bad, mismatch, measured = [], [], {}
     for name in names:
         toolchain = pipeline.toolchains[name].on(arch_spec.platform)
-        doc = measure_fn(arch_spec, toolchain)
+        doc = remeasured(measure_fn(arch_spec, toolchain), arch_spec, toolchain, remeasure_fn, policy)
         old = _load_json(root / perf_baseline(arch_spec.name, name))
         doc_bad, doc_mismatch = measurement_problems(doc, arch_spec, toolchain, old, policy, allow_unpinned)
         bad += doc_bad
@@ -262,7 +297,7 @@ def _measure_and_check(pipeline: Pipeline, arch_spec: Arch, names: list[str], me
     return measured
 
 
-def _baseline_files(arch: str, measured: dict[str, tuple[dict | None, dict]], policy: RefreshPolicy,
+def _baseline_files(root: Path, arch: str, measured: dict[str, tuple[dict | None, dict]], policy: RefreshPolicy,
                     always: bool) -> tuple[dict[str, bytes], dict[str, Comparison | None], dict[str, str], bool]:
     """(the new perf baselines by repo path, each against the stored one, the runs kept per
     toolchain, whether anything moved)."""
@@ -271,7 +306,7 @@ def _baseline_files(arch: str, measured: dict[str, tuple[dict | None, dict]], po
     changed = always
     history: dict[str, str] = {}
     for name, (old, doc) in measured.items():
-        stored, reset = roll(old, doc, policy.history_runs)
+        stored, reset = roll(old, doc, policy.history_runs, restart=_another_build(root, old, doc))
         runs = len(stored["provenance"]["combined_runs"])
         history[name] = f"{runs} run(s) kept" + (f"; history restarted: {reset}" if reset else "")
         files[perf_baseline(arch, name)] = _encode(stored)
@@ -279,6 +314,25 @@ def _baseline_files(arch: str, measured: dict[str, tuple[dict | None, dict]], po
         comparisons[name] = compare(old, doc, policy.gate) if old is not None else None
         changed = changed or bool(_moved(comparisons[name])) or _shape_set_changed(old, doc)
     return files, comparisons, history, changed
+
+
+def _another_build(root: Path, old: dict | None, new: dict) -> str | None:
+    """Why the stored runs time another kernel build than `new`, or None: a kept run's commit
+    whose kernel package differs from the measured commit's. A commit git does not have here
+    (a shallow clone) cannot be checked: its history is kept, as before this rule."""
+    if old is None:
+        return None
+    target = (new.get("provenance") or {}).get("commit")
+    runs = (old.get("provenance") or {}).get("combined_runs") or [old.get("provenance") or {}]
+    commits = sorted({r.get("commit") for r in runs if r.get("commit") and r.get("commit") != target})
+    if not target or not commits:
+        return None
+    for commit in commits:
+        paths = git_branch.changed_paths(root, commit, target, KERNEL_PATHS)
+        if paths:
+            shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+            return f"the kernel changed since kept run {commit[:12]} ({shown})"
+    return None
 
 
 def _other_files(pipeline: Pipeline, arch_spec: Arch, names: list[str], checksums_fn: ChecksumsFn | None,

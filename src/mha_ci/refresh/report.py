@@ -82,6 +82,15 @@ def pr_body(*, arch: str, date: str, branch: str | None, base_commit: str, measu
         moved_rows += [row for row in _shape_rows(name, olds[name], doc, c) if row.split("`")[1] in keys]
     lines += (SHAPE_HEADER + moved_rows) if moved_rows else ["None."]
 
+    again = [(name, key, note) for name, doc in measured.items()
+             for key, note in sorted(((doc.get("selection") or {}).get("remeasured") or {}).items())]
+    if again:
+        lines += ["", "## Shapes measured again", "",
+                  "Disturbed in the first run, so measured again in a new process "
+                  "(refresh.remeasure_rounds); the baseline holds the undisturbed result.", "",
+                  "| toolchain | shape | first run | taken from |", "|---|---|---|---|"]
+        lines += [f"| {name} | `{key}` | {note.get('first')} | {note.get('taken_from')} |" for name, key, note in again]
+
     lines += ["", "## Provenance", ""]
     for name, doc in measured.items():
         old_prov = (olds[name] or {}).get("provenance") if olds[name] else None

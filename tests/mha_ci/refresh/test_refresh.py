@@ -280,3 +280,108 @@ def test_a_stall_seen_only_in_max_us_is_refused(repo, scratch):
     with pytest.raises(RefreshRefused) as refused:
         run(repo, {"triton-3.4": doc}, scratch, toolchains=["triton-3.4"])
     assert any("stalled (2500000.0 us, 5000.0x the median)" in r for r in refused.value.reasons), refused.value.reasons
+
+
+# -- shapes caught disturbed are measured again (mha_ci.refresh.remeasure) ----------------------
+
+STALL = {"count": 3, "worst_us": 2100.0, "ratio": 4.2, "rep": 1, "index": 7}
+
+
+def remeasure_with(*rounds: dict, asked: list | None = None):
+    """A RemeasureFn handing out `rounds` in turn (None when they run out), noting what was asked."""
+    def remeasure_fn(arch, toolchain, keys, round_):
+        if asked is not None:
+            asked.append((toolchain.name, keys, round_))
+        return rounds[round_ - 1] if round_ <= len(rounds) else None
+    return remeasure_fn
+
+
+def test_a_stalled_shape_measured_again_cleanly_goes_into_the_baseline(repo, scratch):
+    first = perf_doc("triton-3.4", means=(600.0, 1900.0))
+    first["results"][1]["stats"]["stall"] = STALL
+    again = perf_doc("triton-3.4", means=(999.0, 1950.0))          # its other shape is ignored
+    asked: list = []
+    result = run(repo, {"triton-3.4": first}, scratch, toolchains=["triton-3.4"],
+                 remeasure_fn=remeasure_with(again, asked=asked))
+    assert result.status == "committed"
+    assert asked == [("triton-3.4", [KEYS[1]], 1)]                   # only the disturbed shape, once
+    stored = json.loads(git(repo, "show", f"{BRANCH_34}:perf_baselines/sm90/triton-3.4.json"))
+    values = {e["key"]: e["stats"]["run_trimmed_means_us"][-1] for e in stored["results"]}
+    assert values == {KEYS[0]: 600.0, KEYS[1]: 1950.0}
+    note = stored["selection"]["remeasured"][KEYS[1]]
+    assert note["taken_from"] == "re-measurement 1" and note["first"].startswith("stalled (2100.0 us, 4.2x")
+    assert stored["selection"]["remeasure_rounds"] == 1
+    body = (scratch / "out" / "pr-body.md").read_text()
+    assert "## Shapes measured again" in body and f"| triton-3.4 | `{KEYS[1]}` | stalled (2100.0 us" in body
+
+
+def test_a_shape_disturbed_in_every_round_still_refuses(repo, scratch):
+    first = perf_doc("triton-3.4", noise=7.5)
+    second = perf_doc("triton-3.4", stall=STALL)
+    third = perf_doc("triton-3.4", noise=6.0)
+    asked: list = []
+    with pytest.raises(RefreshRefused) as refused:
+        run(repo, {"triton-3.4": first}, scratch, toolchains=["triton-3.4"],
+            remeasure_fn=remeasure_with(second, third, third, asked=asked))
+    assert [a[2] for a in asked] == [1, 2]                          # POLICY's default: two rounds
+    assert refused.value.exit_code == ExitCode.GATE_FAILED
+    assert any("noise 7.5 %" in r and "again in 2 re-measurement(s)" in r for r in refused.value.reasons), \
+        refused.value.reasons
+
+
+def test_a_re_measurement_of_another_build_is_refused(repo, scratch):
+    first = perf_doc("triton-3.4", stall=STALL)
+    other = perf_doc("triton-3.4")
+    other["provenance"]["commit"] = "def"
+    with pytest.raises(ConfigError, match="re-measurement 1 cannot stand in.*commit 'def'"):
+        run(repo, {"triton-3.4": first}, scratch, toolchains=["triton-3.4"], remeasure_fn=remeasure_with(other))
+
+
+def test_the_history_restarts_when_the_kernel_changed(repo, scratch):
+    """Runs of another kernel build are not history: the stored median would hide the change."""
+    def commit_all(message):
+        git(repo, "add", ".")
+        git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
+            "commit", "--quiet", "-m", message)
+        return git(repo, "rev-parse", "HEAD")
+
+    base = git(repo, "rev-parse", "HEAD")
+    stored = perf_doc("triton-3.4")
+    stored["provenance"]["commit"] = base
+    (repo / "perf_baselines/sm90/triton-3.4.json").write_text(json.dumps(stored, indent=1) + "\n")
+    docs_only = commit_all("baseline of base")
+    kernel = repo / "src" / "mha" / "kernels" / "forward.py"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text("# a faster kernel\n")
+    changed = commit_all("kernel change")
+
+    same_kernel = perf_doc("triton-3.4", means=(560.0, 1905.0))
+    same_kernel["provenance"]["commit"] = docs_only
+    kept = run(repo, {"triton-3.4": same_kernel}, scratch, toolchains=["triton-3.4"])
+    assert kept.history == {"triton-3.4": "2 run(s) kept"}
+    git(repo, "branch", "-D", BRANCH_34)
+
+    new_kernel = perf_doc("triton-3.4", means=(560.0, 1905.0))
+    new_kernel["provenance"]["commit"] = changed
+    result = run(repo, {"triton-3.4": new_kernel}, scratch, toolchains=["triton-3.4"])
+    assert result.history == {"triton-3.4": f"1 run(s) kept; history restarted: the kernel changed since kept "
+                                            f"run {base[:12]} (src/mha/kernels/forward.py)"}
+    rolled = json.loads(git(repo, "show", f"{BRANCH_34}:perf_baselines/sm90/triton-3.4.json"))
+    assert rolled["results"][0]["stats"]["trimmed_mean_us"] == 560.0
+
+
+def test_command_line_takes_re_measurements_as_repeated_files(repo, scratch):
+    first, again = scratch / "first.json", scratch / "again.json"
+    stalled = perf_doc("triton-3.4", means=(600.0, 1900.0))
+    stalled["results"][0]["stats"]["stall"] = STALL
+    first.write_text(json.dumps(stalled))
+    again.write_text(json.dumps(perf_doc("triton-3.4", means=(610.0, 1900.0))))
+    out = scratch / "cli"
+    base = ["--root", str(repo), "perf", "refresh", "--arch", "sm90", "--out", str(out), "--date", "2026-11-30"]
+    assert main([*base, "--measurement", f"triton-3.4={first}"]) == ExitCode.GATE_FAILED
+    assert main([*base, "--measurement", f"triton-3.4={first}", "--measurement", f"triton-3.4={again}"]) == 0
+    stored = json.loads(git(repo, "show", f"{BRANCH_34}:perf_baselines/sm90/triton-3.4.json"))
+    assert stored["results"][0]["stats"]["run_trimmed_means_us"][-1] == 610.0
+    # a file option that names a toolchain twice is an error, not a silent last-one-wins
+    assert main([*base, "--measurement", f"triton-3.4={again}", "--checksums", f"triton-3.4={first}",
+                 "--checksums", f"triton-3.4={again}"]) == ExitCode.CONFIG_ERROR
