@@ -3,8 +3,9 @@ the query heads of its GQA group, so no atomics) and dQ per query block."""
 import triton
 import triton.language as tl
 
-from .common import (FULL, LEADING_EDGE, LOG2E, TRAILING_EDGE, dropout_keep, key_ranges, load_head, load_head_t,
-                     query_ranges, sequence_bounds, slice_offset, stage_span, store_head, tile_order, visible)
+from .common import (FULL, LEADING_EDGE, LOG2E, TRAILING_EDGE, dot_acc_head, dot_head_t, dropout_keep, key_ranges,
+                     load_head, load_head_t, query_ranges, sequence_bounds, slice_bounds, slice_offset, stage_span,
+                     store_head, tile_order, visible)
 
 
 # Values that vary per call but never change the code: not specialized (see mha.launch).
@@ -63,10 +64,8 @@ def _dkdv_stage(dk, dk2, dv, k, k2, v, Q_head, DO_head, Lse_head, Delta_head, st
             lse = tl.load(Lse_head + offs_m)
             delta = tl.load(Delta_head + offs_m)
         qt = load_head_t(Q_head, offs_m, stride_qs, seqlen_q, 0, BLOCK_DQK, HEAD_DQK, MASKED)
-        st = tl.dot(k, qt, input_precision=DOT_PRECISION)
-        if BLOCK_DQK2 > 0:
-            qt2 = load_head_t(Q_head, offs_m, stride_qs, seqlen_q, BLOCK_DQK, BLOCK_DQK2, HEAD_DQK, MASKED)
-            st = tl.dot(k2, qt2, acc=st, input_precision=DOT_PRECISION)
+        st, qt2 = dot_head_t(k, k2, qt, Q_head, offs_m, stride_qs, seqlen_q, HEAD_DQK, BLOCK_DQK, BLOCK_DQK2,
+                             MASKED, DOT_PRECISION)
         st = st * qk_scale
         pt = tl.math.exp2(st - lse[None, :] * LOG2E)
         if MASKED:
@@ -85,9 +84,7 @@ def _dkdv_stage(dk, dk2, dv, k, k2, v, Q_head, DO_head, Lse_head, Delta_head, st
             pt_drop = pt
         dv = tl.dot(pt_drop.to(do.dtype), do, acc=dv, input_precision=DOT_PRECISION)
         dst = pt * (dpt - delta[None, :])
-        dk = tl.dot(dst.to(qt.dtype), tl.trans(qt), acc=dk, input_precision=DOT_PRECISION)
-        if BLOCK_DQK2 > 0:
-            dk2 = tl.dot(dst.to(qt2.dtype), tl.trans(qt2), acc=dk2, input_precision=DOT_PRECISION)
+        dk, dk2 = dot_acc_head(dst, qt, qt2, dk, dk2, BLOCK_DQK2, DOT_PRECISION)
     return dk, dk2, dv
 
 
@@ -108,10 +105,8 @@ def attn_bwd_dkdv(Q, K, V, DOut, Lse, Delta, DK, DV, CuSeqlensQ, CuSeqlensK,
     order, the causal ones that see the most queries first. Writes every key row of the
     sequence, zeros where no query sees it."""
     bhk, block_n = tile_order(tile_chunk, False)
-    b = bhk // num_heads_k
-    hk = bhk % num_heads_k
-    q_start, seqlen_q = sequence_bounds(CuSeqlensQ, b, seqlen_q, IS_VARLEN)
-    k_start, seqlen_k = sequence_bounds(CuSeqlensK, b, seqlen_k, IS_VARLEN)
+    b, hk, _, q_start, seqlen_q, k_start, seqlen_k = slice_bounds(bhk, num_heads_k, 1, CuSeqlensQ, CuSeqlensK,
+                                                                  seqlen_q, seqlen_k, IS_VARLEN)
     n0 = block_n * BLOCK_N
     if n0 >= seqlen_k:
         return
@@ -174,10 +169,8 @@ def _dq_stage(dq, dq2, q, q2, do, lse, delta, K_head, V_head, stride_ks, stride_
         offs_n = start_n + offs_n0
         kt = load_head_t(K_head, offs_n, stride_ks, seqlen_k, 0, BLOCK_DQK, HEAD_DQK, MASKED)
         vt = load_head_t(V_head, offs_n, stride_vs, seqlen_k, 0, BLOCK_DV, HEAD_DV, MASKED)
-        s = tl.dot(q, kt, input_precision=DOT_PRECISION)
-        if BLOCK_DQK2 > 0:
-            kt2 = load_head_t(K_head, offs_n, stride_ks, seqlen_k, BLOCK_DQK, BLOCK_DQK2, HEAD_DQK, MASKED)
-            s = tl.dot(q2, kt2, acc=s, input_precision=DOT_PRECISION)
+        s, kt2 = dot_head_t(q, q2, kt, K_head, offs_n, stride_ks, seqlen_k, HEAD_DQK, BLOCK_DQK, BLOCK_DQK2,
+                            MASKED, DOT_PRECISION)
         s = s * qk_scale
         p = tl.math.exp2(s - lse[:, None])
         if MASKED:
@@ -189,9 +182,7 @@ def _dq_stage(dq, dq2, q, q2, do, lse, delta, K_head, V_head, stride_ks, stride_
             keep = dropout_keep(rng_seed, rng_base, offs_m[:, None], offs_n[None, :], rng_stride, dropout_p)
             dp = tl.where(keep, dp * (1.0 / (1.0 - dropout_p)), 0.0)
         ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(kt.dtype), tl.trans(kt), acc=dq, input_precision=DOT_PRECISION)
-        if BLOCK_DQK2 > 0:
-            dq2 = tl.dot(ds.to(kt2.dtype), tl.trans(kt2), acc=dq2, input_precision=DOT_PRECISION)
+        dq, dq2 = dot_acc_head(ds, kt, kt2, dq, dq2, BLOCK_DQK2, DOT_PRECISION)
     return dq, dq2
 
 
@@ -210,11 +201,8 @@ def attn_bwd_dq(Q, K, V, DOut, Lse, Delta, DQ, CuSeqlensQ, CuSeqlensK,
     """Grid (chunk, cdiv(max seqlen_q, BLOCK_M), batch * Hq / chunk), ordered as the forward's
     (common.tile_order)."""
     bh, block_m = tile_order(tile_chunk, True)
-    b = bh // num_heads_q
-    h = bh % num_heads_q
-    hk = h // group_size
-    q_start, seqlen_q = sequence_bounds(CuSeqlensQ, b, seqlen_q, IS_VARLEN)
-    k_start, seqlen_k = sequence_bounds(CuSeqlensK, b, seqlen_k, IS_VARLEN)
+    b, h, hk, q_start, seqlen_q, k_start, seqlen_k = slice_bounds(bh, num_heads_q, group_size, CuSeqlensQ,
+                                                                  CuSeqlensK, seqlen_q, seqlen_k, IS_VARLEN)
     m0 = block_m * BLOCK_M
     if m0 >= seqlen_q:
         return

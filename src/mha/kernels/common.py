@@ -170,6 +170,32 @@ def load_head_t(Base, rows, stride_s, n_rows, COL0: tl.constexpr, BLOCK: tl.cons
 
 
 @triton.jit
+def dot_head_t(a, a2, bt, Base, rows, stride_s, n_rows, HEAD: tl.constexpr, BLOCK: tl.constexpr,
+               BLOCK2: tl.constexpr, MASK_ROWS: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """a @ B[rows]^T over a head dim of up to two blocks (mha.launch.head_split). bt is B's first
+    block, loaded by the caller with load_head_t (where that load stands among the caller's other
+    loads changes the sm90 schedule); the tail block is loaded here when BLOCK2 > 0, a2 being the
+    tail of a. Returns (product, tail tile); the tail tile is bt when BLOCK2 is 0."""
+    s = tl.dot(a, bt, input_precision=DOT_PRECISION)
+    if BLOCK2 > 0:
+        bt2 = load_head_t(Base, rows, stride_s, n_rows, BLOCK, BLOCK2, HEAD, MASK_ROWS)
+        s = tl.dot(a2, bt2, acc=s, input_precision=DOT_PRECISION)
+    else:
+        bt2 = bt
+    return s, bt2
+
+
+@triton.jit
+def dot_acc_head(ds, bt, bt2, acc, acc2, BLOCK2: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """The gradient through dot_head_t: acc += ds @ bt^T, and acc2 += ds @ bt2^T for the tail
+    block of a split head dim (acc2 is returned untouched when BLOCK2 is 0)."""
+    acc = tl.dot(ds.to(bt.dtype), tl.trans(bt), acc=acc, input_precision=DOT_PRECISION)
+    if BLOCK2 > 0:
+        acc2 = tl.dot(ds.to(bt2.dtype), tl.trans(bt2), acc=acc2, input_precision=DOT_PRECISION)
+    return acc, acc2
+
+
+@triton.jit
 def store_head(Base, tile, rows, stride_s, n_rows, COL0: tl.constexpr, BLOCK: tl.constexpr, HEAD: tl.constexpr):
     """Store `tile` (float32) as columns [COL0, COL0 + BLOCK) of rows `rows` in Base's dtype,
     only rows below n_rows and columns below HEAD (the inverse of load_head)."""
@@ -192,6 +218,18 @@ def sequence_bounds(CuSeqlens, batch, seqlen, IS_VARLEN: tl.constexpr):
         return start.to(tl.int64), end - start
     else:
         return 0, seqlen
+
+
+@triton.jit
+def slice_bounds(bh, num_heads, group_size, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, IS_VARLEN: tl.constexpr):
+    """(batch, head, its KV head, query start, query length, key start, key length) of the slice
+    bh = batch * num_heads + head (sequence_bounds for each side). Key tiles pass group_size 1."""
+    b = bh // num_heads
+    h = bh % num_heads
+    hk = h // group_size
+    q_start, seqlen_q = sequence_bounds(CuSeqlensQ, b, seqlen_q, IS_VARLEN)
+    k_start, seqlen_k = sequence_bounds(CuSeqlensK, b, seqlen_k, IS_VARLEN)
+    return b, h, hk, q_start, seqlen_q, k_start, seqlen_k
 
 
 @triton.jit

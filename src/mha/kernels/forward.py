@@ -2,8 +2,8 @@
 import triton
 import triton.language as tl
 
-from .common import (FULL, LEADING_EDGE, LN2, LOG2E, TRAILING_EDGE, dropout_keep, key_ranges, load_head,
-                     load_head_t, sequence_bounds, slice_offset, stage_span, tile_order, visible)
+from .common import (FULL, LEADING_EDGE, LN2, LOG2E, TRAILING_EDGE, dot_head_t, dropout_keep, key_ranges,
+                     load_head, load_head_t, slice_bounds, slice_offset, stage_span, tile_order, visible)
 
 
 @triton.jit
@@ -23,10 +23,8 @@ def _fwd_stage(acc, l_i, m_i, q, q2, K_head, V_head, stride_ks, stride_vs,
     for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + offs_n0
         kt = load_head_t(K_head, offs_n, stride_ks, seqlen_k, 0, BLOCK_DQK, HEAD_DQK, MASKED)
-        s = tl.dot(q, kt, input_precision=DOT_PRECISION)
-        if BLOCK_DQK2 > 0:
-            kt2 = load_head_t(K_head, offs_n, stride_ks, seqlen_k, BLOCK_DQK, BLOCK_DQK2, HEAD_DQK, MASKED)
-            s = tl.dot(q2, kt2, acc=s, input_precision=DOT_PRECISION)
+        s, _ = dot_head_t(q, q2, kt, K_head, offs_n, stride_ks, seqlen_k, HEAD_DQK, BLOCK_DQK, BLOCK_DQK2,
+                          MASKED, DOT_PRECISION)
         # qk_scale holds log2(e): exp2 below is exp. It may be negative (softmax_scale is any
         # finite number), so it is applied before the row max, not folded in after it.
         s = s * qk_scale
@@ -73,11 +71,8 @@ def attn_fwd(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
              HAS_SINK: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Grid (chunk, cdiv(max seqlen_q, BLOCK_M), batch * Hq / chunk): see common.tile_order."""
     bh, block_m = tile_order(tile_chunk, True)
-    b = bh // num_heads_q
-    h = bh % num_heads_q
-    hk = h // group_size
-    q_start, seqlen_q = sequence_bounds(CuSeqlensQ, b, seqlen_q, IS_VARLEN)
-    k_start, seqlen_k = sequence_bounds(CuSeqlensK, b, seqlen_k, IS_VARLEN)
+    b, h, hk, q_start, seqlen_q, k_start, seqlen_k = slice_bounds(bh, num_heads_q, group_size, CuSeqlensQ,
+                                                                  CuSeqlensK, seqlen_q, seqlen_k, IS_VARLEN)
     m0 = block_m * BLOCK_M
     if m0 >= seqlen_q:
         return
