@@ -385,3 +385,47 @@ def test_command_line_takes_re_measurements_as_repeated_files(repo, scratch):
     # a file option that names a toolchain twice is an error, not a silent last-one-wins
     assert main([*base, "--measurement", f"triton-3.4={again}", "--checksums", f"triton-3.4={first}",
                  "--checksums", f"triton-3.4={again}"]) == ExitCode.CONFIG_ERROR
+
+
+class StallOnceExecutor:
+    """Stands in for the perf payload: a document for the shapes it is given, the first shape of
+    the first run stalled; notes the shape lists it was asked for."""
+
+    name = "fake"
+    pin_mode = "enforce"
+
+    def __init__(self):
+        self.asked: list[list[str]] = []
+
+    def run(self, payload):
+        from mha_ci.executors.base import PayloadResult
+        from perf_builders import doc, entry
+
+        args = dict(zip(payload.args[::2], payload.args[1::2]))
+        keys = [s["key"] for s in json.loads((payload.out_dir / args["--shapes"]).read_text())["shapes"]]
+        first = not self.asked
+        self.asked.append(keys)
+        results = [entry(k, 100.0, stall=STALL if first and i == 0 else None) for i, k in enumerate(keys)]
+        subset = json.loads((payload.out_dir / args["--shapes"]).read_text())["subset"]
+        out = payload.out_dir / args["--out"]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc(results, subset=subset, versions=PINS["triton-3.4"], date="2026-11-30",
+                                        pins_checked=True)))
+        return PayloadResult(exit_code=0, provenance={"executor": "fake"})
+
+
+def test_the_refresh_job_measures_again_only_the_stalled_shape(repo, scratch):
+    """jobs/refresh.py end to end: the full set, then the one stalled shape in its own folder."""
+    from mha_ci.jobs import refresh as refresh_kind
+    from mha_ci.model.types import Job
+
+    executor = StallOnceExecutor()
+    job = Job(kind="refresh", arch="sm90", toolchain="triton-3.4")
+    result = refresh_kind.run_job(job, load_pipeline(repo), executor, scratch / "o")
+    assert result.verdict == "pass", result.message
+    full, again = executor.asked
+    assert len(full) > 100 and again == [full[0]]
+    assert (scratch / "o" / "jobs" / job.id / "triton-3.4" / "remeasure-1" / "perf.json").is_file()
+    branch = result.details["branch"]
+    stored = json.loads(git(repo, "show", f"{branch}:perf_baselines/sm90/triton-3.4.json"))
+    assert list(stored["selection"]["remeasured"]) == [full[0]]
