@@ -2,6 +2,7 @@
 to become a baseline, and put the new baselines on a new branch with a pull-request description.
 
   core.py        refresh(pipeline, arch, measure_fn, ...) -> RefreshResult; the refusal rules
+  remeasure.py   which shapes a run caught disturbed, and splicing their re-measurement in
   branch.py      the one-commit branch made in a throw-away `git worktree` (the checkout and its
                  branch are never touched; an interrupted refresh leaves nothing behind)
   report.py      the pull-request body: old vs new per shape, what moved, both provenances
