@@ -105,21 +105,19 @@ def _combine_shape(entries: list[dict], names: list[str], max_noise_pct: float) 
     return {**{k: v for k, v in nearest.items() if k != "stats"}, "stats": stats, "error": None}
 
 
-def roll(old: dict | None, new: dict, window: int, restart: str | None = None) -> tuple[dict, str | None]:
+def roll(old: dict | None, new: dict, window: int, restart_keys: frozenset[str] = frozenset()) -> tuple[dict, str | None]:
     """The nightly refresh's baseline: the new full-set run joined to the stored baseline's
     history, per shape the last `window` runs' trimmed means (`run_trimmed_means_us`), their
     median as the value and their spread as `between_run_noise_pct`. Every other statistic is the
     new run's. Returns (baseline, why the history was dropped or None): a baseline that
     mha_ci.perf.comparable refuses to compare (another GPU, arch, kernel, toolchain or Triton
-    release), or of another method, or that the caller says times another build (`restart`, the
-    reason), is not history of this one.
+    release), or of another method, is not history of this one. Shapes in `restart_keys` start
+    their history again with the new run (the caller's judgement: their old runs time other code).
     """
     if window < 1:
         raise ConfigError("history_runs must be at least 1")
     reset = None
-    if restart and old is not None:
-        reset = restart
-    elif old is None:
+    if old is None:
         reset = "no stored baseline"
     else:
         reset = comparable.refusal(old["provenance"], new["provenance"])
@@ -133,7 +131,7 @@ def roll(old: dict | None, new: dict, window: int, restart: str | None = None) -
         if not stats:
             results.append(entry)
             continue
-        past = history.get(entry["key"], {}).get("stats") or {}
+        past = {} if entry["key"] in restart_keys else history.get(entry["key"], {}).get("stats") or {}
         values = list(past.get("run_trimmed_means_us") or ([past["trimmed_mean_us"]] if past else []))
         values = (values + [stats["trimmed_mean_us"]])[-window:]
         merged = dict(stats)

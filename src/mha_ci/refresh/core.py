@@ -25,9 +25,13 @@ made (status "unchanged") unless `always` is set: a nightly pull request of pure
 people to merge them unread.
 
 History: a stored baseline keeps the last `refresh.history_runs` runs per shape, and its value is
-their median. Runs of another kernel build are not history of this one: when the kernel package
-(src/mha) differs between a kept run's commit and the measured one, the history restarts, or a
-kernel change would reach the baseline only after most of the window had been re-measured.
+their median. When the kernel package (src/mha) differs between a kept run's commit and the
+measured one, the shapes that moved beyond their threshold start their history again: their old
+runs time other code, and the median would let a kernel change reach the baseline only after
+most of the window had been re-measured. The shapes that did not move keep theirs, and with it
+the between-run spread that keeps machine-to-machine differences from failing pull requests
+(a whole-baseline restart left single runs, and 2 of 231 shapes of a run on another lease were
+called regressions against them: docs/gpu-runs/2026-12-01-h200-baselines).
 """
 from __future__ import annotations
 
@@ -306,12 +310,16 @@ def _baseline_files(root: Path, arch: str, measured: dict[str, tuple[dict | None
     changed = always
     history: dict[str, str] = {}
     for name, (old, doc) in measured.items():
-        stored, reset = roll(old, doc, policy.history_runs, restart=_another_build(root, old, doc))
-        runs = len(stored["provenance"]["combined_runs"])
-        history[name] = f"{runs} run(s) kept" + (f"; history restarted: {reset}" if reset else "")
-        files[perf_baseline(arch, name)] = _encode(stored)
         # What moved: the new run against the stored baseline, as a pull request would be judged.
         comparisons[name] = compare(old, doc, policy.gate) if old is not None else None
+        rebuilt = _another_build(root, old, doc)
+        restart = frozenset(_moved(comparisons[name])) if rebuilt else frozenset()
+        stored, reset = roll(old, doc, policy.history_runs, restart_keys=restart)
+        runs = len(stored["provenance"]["combined_runs"])
+        history[name] = (f"{runs} run(s) kept" + (f"; history restarted: {reset}" if reset else "")
+                         + (f"; {len(restart)} shape(s) that moved start their history again: {rebuilt}"
+                            if restart else ""))
+        files[perf_baseline(arch, name)] = _encode(stored)
         changed = changed or bool(_moved(comparisons[name])) or _shape_set_changed(old, doc)
     return files, comparisons, history, changed
 

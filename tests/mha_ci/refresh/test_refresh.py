@@ -337,8 +337,9 @@ def test_a_re_measurement_of_another_build_is_refused(repo, scratch):
         run(repo, {"triton-3.4": first}, scratch, toolchains=["triton-3.4"], remeasure_fn=remeasure_with(other))
 
 
-def test_the_history_restarts_when_the_kernel_changed(repo, scratch):
-    """Runs of another kernel build are not history: the stored median would hide the change."""
+def test_shapes_that_moved_after_a_kernel_change_start_their_history_again(repo, scratch):
+    """Runs of another kernel build are not history of a shape the change moved: the stored
+    median would hide the move. Shapes it did not move keep their runs and spread."""
     def commit_all(message):
         git(repo, "add", ".")
         git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
@@ -355,19 +356,23 @@ def test_the_history_restarts_when_the_kernel_changed(repo, scratch):
     kernel.write_text("# a faster kernel\n")
     changed = commit_all("kernel change")
 
-    same_kernel = perf_doc("triton-3.4", means=(560.0, 1905.0))
+    def runs_of(result):
+        stored = json.loads(git(repo, "show", f"{result.branch}:perf_baselines/sm90/triton-3.4.json"))
+        return [e["stats"]["run_trimmed_means_us"] for e in stored["results"]]
+
+    same_kernel = perf_doc("triton-3.4", means=(560.0, 1905.0))        # +12 % moved, +0.3 % did not
     same_kernel["provenance"]["commit"] = docs_only
     kept = run(repo, {"triton-3.4": same_kernel}, scratch, toolchains=["triton-3.4"])
     assert kept.history == {"triton-3.4": "2 run(s) kept"}
+    assert runs_of(kept) == [[500.0, 560.0], [1900.0, 1905.0]]        # a move with the same kernel is noise
     git(repo, "branch", "-D", BRANCH_34)
 
     new_kernel = perf_doc("triton-3.4", means=(560.0, 1905.0))
     new_kernel["provenance"]["commit"] = changed
     result = run(repo, {"triton-3.4": new_kernel}, scratch, toolchains=["triton-3.4"])
-    assert result.history == {"triton-3.4": f"1 run(s) kept; history restarted: the kernel changed since kept "
-                                            f"run {base[:12]} (src/mha/kernels/forward.py)"}
-    rolled = json.loads(git(repo, "show", f"{BRANCH_34}:perf_baselines/sm90/triton-3.4.json"))
-    assert rolled["results"][0]["stats"]["trimmed_mean_us"] == 560.0
+    assert result.history == {"triton-3.4": "2 run(s) kept; 1 shape(s) that moved start their history again: "
+                                            f"the kernel changed since kept run {base[:12]} (src/mha/kernels/forward.py)"}
+    assert runs_of(result) == [[560.0], [1900.0, 1905.0]]
 
 
 def test_command_line_takes_re_measurements_as_repeated_files(repo, scratch):
