@@ -109,8 +109,8 @@ def render(pipeline: Pipeline) -> str:
         f"- Nightly (cron `{NIGHTLY_CRON}`, UTC): {_runs_text(pipeline, 'schedule')}. Each refresh re-measures its "
         "arch and opens a pull request `baseline-refresh/<date>-<arch>` with the new baselines, old vs new per "
         "shape and both provenances. A shape that stalled or was noisy is measured again; one disturbed every time, "
-        "or a mismatched measurement, refuses the refresh. Each shape keeps its last runs of the same kernel, "
-        "whose spread widens its gate."
+        "or a mismatched measurement, refuses the refresh. Each shape keeps its last runs, whose spread widens "
+        "its gate; after a kernel change, a shape that moved starts again."
         + _golden_text(pipeline),
         "",
         "### Where jobs run",
