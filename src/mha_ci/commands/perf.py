@@ -317,9 +317,9 @@ def cmd_refresh(args) -> int:
 
 
 def _measured_here(args, pipeline, arch: str, out_dir: Path):
-    """The measure function of a refresh that measures HEAD on this machine."""
+    """The measure and re-measure functions of a refresh that measures HEAD on this machine."""
     from mha_ci.executors import make_executor
-    from mha_ci.perf.measure import measure_full, remeasure_shapes
+    from mha_ci.perf.measure import refresh_measurers
     from mha_ci.refresh.branch import uncommitted
 
     # A baseline is stored as the measurement of HEAD: measuring other code would misattribute it.
@@ -329,8 +329,7 @@ def _measured_here(args, pipeline, arch: str, out_dir: Path):
                           f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); a baseline is measured "
                           "from a commit: commit or stash them first")
     executor = make_executor(args.executor, args.root, pin_mode=args.pins)
-    return (measure_full(executor, pipeline, out_dir, f"measure-{arch}"),
-            remeasure_shapes(executor, pipeline, out_dir, f"measure-{arch}"))
+    return refresh_measurers(executor, pipeline, out_dir, f"measure-{arch}")
 
 
 def _measured_files(args):

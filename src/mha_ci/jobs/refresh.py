@@ -10,7 +10,7 @@ from mha_ci.executors.base import Executor
 from mha_ci.jobs import JobResult
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Job
-from mha_ci.perf.measure import measure_full, remeasure_shapes
+from mha_ci.perf.measure import refresh_measurers
 from mha_ci.refresh.core import refresh
 
 
@@ -20,8 +20,8 @@ def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> 
     disturbed, and commits the new baseline on a branch for a pull request, or refuses with every
     reason (it never overwrites silently). Under `--pins record` the baseline is marked unpinned."""
     rel = f"jobs/{job.id}"
-    result = refresh(pipeline, job.arch, measure_full(executor, pipeline, out_dir, rel),
-                     remeasure_fn=remeasure_shapes(executor, pipeline, out_dir, rel),
+    measure_fn, remeasure_fn = refresh_measurers(executor, pipeline, out_dir, rel)
+    result = refresh(pipeline, job.arch, measure_fn, remeasure_fn=remeasure_fn,
                      out_dir=Path(out_dir) / rel / "refresh", toolchains=[job.toolchain],
                      allow_unpinned=executor.pin_mode == "record")
     return JobResult(job_id=job.id, kind=job.kind, verdict="pass", exit_code=ExitCode.OK,

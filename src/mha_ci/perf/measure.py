@@ -189,22 +189,19 @@ def _take_turns(sides: list, pipeline: Pipeline, arch: str, out_dir: Path, rel: 
     return docs
 
 
-def remeasure_shapes(executor, pipeline: Pipeline, out_dir: Path, rel_prefix: str):
-    """A RemeasureFn for mha_ci.refresh: (Arch, Toolchain, keys, round) -> those shapes measured
-    again in a new process, in their own folder beside the full run's."""
-    def remeasure_fn(arch, toolchain, keys: list[str], round_: int) -> dict:
-        rel = f"{rel_prefix}/{toolchain.name}/remeasure-{round_}"
+def refresh_measurers(executor, pipeline: Pipeline, out_dir: Path, rel_prefix: str):
+    """(MeasureFn, RemeasureFn) for mha_ci.refresh: (Arch, Toolchain) -> the full set's perf
+    document, and (Arch, Toolchain, keys, round) -> those shapes measured again in a new process,
+    in their own folder beside the full run's."""
+    def measure(arch, toolchain, rel: str, keys: list[str] | None, label: str) -> dict:
         write_inputs(pipeline.root, Path(out_dir) / rel, "full", keys)
         return run_payload(executor, pipeline, toolchain.name, arch.name, out_dir, rel,
-                           log_prefix=f"refresh {arch.name} {toolchain.name} re-measure {round_} ({len(keys)} shapes)")
-    return remeasure_fn
+                           log_prefix=f"refresh {arch.name} {toolchain.name}{label}")
 
-
-def measure_full(executor, pipeline: Pipeline, out_dir: Path, rel_prefix: str):
-    """A MeasureFn for mha_ci.refresh: (Arch, Toolchain) -> the full set's perf document."""
     def measure_fn(arch, toolchain) -> dict:
-        rel = f"{rel_prefix}/{toolchain.name}"
-        write_inputs(pipeline.root, Path(out_dir) / rel, "full")
-        return run_payload(executor, pipeline, toolchain.name, arch.name, out_dir, rel,
-                           log_prefix=f"refresh {arch.name} {toolchain.name}")
-    return measure_fn
+        return measure(arch, toolchain, f"{rel_prefix}/{toolchain.name}", None, "")
+
+    def remeasure_fn(arch, toolchain, keys: list[str], round_: int) -> dict:
+        return measure(arch, toolchain, f"{rel_prefix}/{toolchain.name}/remeasure-{round_}", keys,
+                       f" re-measure {round_} ({len(keys)} shapes)")
+    return measure_fn, remeasure_fn

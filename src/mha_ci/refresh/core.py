@@ -29,9 +29,7 @@ their median. When the kernel package (src/mha) differs between a kept run's com
 measured one, the shapes that moved beyond their threshold start their history again: their old
 runs time other code, and the median would let a kernel change reach the baseline only after
 most of the window had been re-measured. The shapes that did not move keep theirs, and with it
-the between-run spread that keeps machine-to-machine differences from failing pull requests
-(a whole-baseline restart left single runs, and 2 of 231 shapes of a run on another lease were
-called regressions against them: docs/gpu-runs/2026-12-01-h200-baselines).
+the between-run spread that keeps machine-to-machine differences from failing pull requests.
 """
 from __future__ import annotations
 
@@ -184,8 +182,7 @@ def remeasured(doc: dict, arch: Arch, toolchain: Toolchain, remeasure_fn: Remeas
         if problem:
             raise ConfigError(f"re-measurement {round_} of {arch.name}/{toolchain.name}: not a {PERF_SCHEMA} "
                               f"document: {problem}")
-        doc = splice(doc, again, disturbed, f"re-measurement {round_}", policy.max_noise_pct,
-                     policy.gate.stall_factor, policy.gate.stall_min_excess_us)
+        doc = splice(doc, again, disturbed, policy.disturbances(again), f"re-measurement {round_}")
         doc["selection"]["remeasure_rounds"] = round_
     return doc
 

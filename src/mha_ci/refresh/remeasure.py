@@ -42,14 +42,13 @@ def disturbances(doc: dict, max_noise_pct: float, stall_factor: float, stall_min
     return found
 
 
-def splice(doc: dict, again: dict, disturbed: dict[str, str], run_name: str,
-           max_noise_pct: float, stall_factor: float, stall_min_excess_us: float) -> dict:
-    """`doc` with each disturbed shape replaced by its result in `again` where that one is clean.
-    Raises ConfigError when `again` is not a measurement of the same build by the same method."""
+def splice(doc: dict, again: dict, disturbed: dict[str, str], still: dict[str, str], run_name: str) -> dict:
+    """`doc` with each of its `disturbed` shapes replaced by its result in `again`, unless that one
+    is disturbed too (`still`, the disturbances of `again`). Raises ConfigError when `again` is not
+    a measurement of the same build by the same method."""
     problem = _not_the_same_build(doc, again)
     if problem:
         raise ConfigError(f"{run_name} cannot stand in for shapes of the first run: {problem}")
-    still = disturbances(again, max_noise_pct, stall_factor, stall_min_excess_us)
     fresh = {e["key"]: e for e in again["results"]}
     out = copy.deepcopy(doc)
     notes = out.setdefault("selection", {}).setdefault("remeasured", {})
