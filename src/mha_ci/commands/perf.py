@@ -127,11 +127,13 @@ def cmd_shapes(args) -> int:
         print(json.dumps(shapes_document(workloads, args.subset), indent=1))
         return ExitCode.OK
     for w in workloads:
-        print(f"{w.key:<64} {w.bucket:<16} {','.join(w.tags):<20} {w.shape.flops / 1e12:8.3f} TFLOP")
-    buckets = Counter((w.bucket, w.shape.layout) for w in workloads)
+        print(f"{w.key:<68} {w.shape.pass_:<4} {w.bucket:<16} {','.join(w.tags):<20} {w.shape.flops / 1e12:8.3f} TFLOP")
+    passes = Counter(w.shape.pass_ for w in workloads)
+    buckets = Counter((w.shape.pass_, w.bucket, w.shape.layout) for w in workloads)
     tags = Counter(t for w in workloads for t in w.tags)
-    print(f"{len(workloads)} shapes ({args.subset}); by bucket/layout: "
-          + ", ".join(f"{b}/{l} {n}" for (b, l), n in sorted(buckets.items()))
+    print(f"{len(workloads)} shapes ({args.subset}): " + ", ".join(f"{p} {passes[p]}" for p in sorted(passes))
+          + "; by pass/bucket/layout: "
+          + ", ".join(f"{p}/{b}/{l} {n}" for (p, b, l), n in sorted(buckets.items()))
           + "; by source: " + ", ".join(f"{t} {n}" for t, n in sorted(tags.items())))
     return ExitCode.OK
 

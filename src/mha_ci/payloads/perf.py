@@ -8,6 +8,19 @@
 Inputs are JSON made on the orchestrating side (`mha-ci perf shapes`), because toolchain
 environments have neither pydantic nor yaml. Relative paths resolve against $MHA_CI_OUT.
 
+A shape times one pass (`shape["pass"]`, mha_ci.perf.shapes): "fwd" times the forward call;
+"bwd" times the whole backward step of the package - every launch it makes (preprocess, dK/dV,
+dQ) and the dsink reduction where a sink is given - as `torch.autograd.grad` of the output,
+which is what a training step runs. Inputs, the forward and `dout` are made once per shape,
+outside the timing; the graph is kept between dispatches (retain_graph), so each dispatch is one
+backward of the same forward.
+
+Code-object identity: every result records the sha256 of each compiled kernel its timed call
+launched (`code_objects`, {kernel name: sha256}, through mha.launch.LAUNCH_OBSERVERS). Line info
+is off (TRITON_DISABLE_LINE_INFO=1, as the checksums compile), so the hashes do not depend on
+the checkout's path: two checkouts whose kernels for a shape are the same code have the same
+hashes, and a refresh or an `--against` knows which shapes' kernels a change left alone.
+
 How one shape is measured (numbers from the method file):
 - inputs are random normal (seeded per shape), never zeros: zero inputs make exp() and the
   matmuls take shortcuts on some hardware and are not what serving sees;
@@ -53,6 +66,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import functools
+import hashlib
 import json
 import os
 import statistics
@@ -64,6 +78,7 @@ from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_NO_RESULT, EXIT_OK, out_path
 from mha_ci.perf import lockstep
 from mha_ci.perf import provenance as prov
 from mha_ci.perf.document import DISPATCHES_SCHEMA, SCHEMA, SHAPES_SCHEMA
+from mha_ci.perf.shapes import CONFIG_PASS
 from mha_ci.perf.stats import Method, dispatches_per_rep, shape_stats
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -99,11 +114,16 @@ def make_inputs(torch, shape: dict, device: str, seed: int) -> dict:
         v = randn(b, sk, shape["hk"], shape["dv"])
         extra = {}
     sink = randn(shape["hq"]).float() if shape.get("sink") else None
-    return {"q": q, "k": k, "v": v, "sink": sink, **extra}
+    return {"q": q, "k": k, "v": v, "sink": sink, "seed": seed, **extra}
 
 
-def mha_call(torch, shape: dict, inputs: dict):
-    """The dispatch of the kernel under test: mha.flash_attn_func / flash_attn_varlen_func."""
+def pass_of(shape: dict) -> str:
+    """"fwd" or "bwd"; shapes files written before shapes had a pass hold forward shapes."""
+    return shape.get("pass", "fwd")
+
+
+def mha_forward(torch, shape: dict, inputs: dict):
+    """The forward call of the kernel under test: mha.flash_attn_func / flash_attn_varlen_func."""
     import mha
 
     kw = dict(dropout_p=shape.get("dropout_p", 0.0), causal=shape["causal"],
@@ -115,7 +135,7 @@ def mha_call(torch, shape: dict, inputs: dict):
     return lambda: mha.flash_attn_func(q, k, v, **kw)
 
 
-def sdpa_call(torch, shape: dict, inputs: dict):
+def sdpa_forward(torch, shape: dict, inputs: dict):
     """Sanity mode: torch SDPA on the same inputs (window and sink are ignored; varlen runs as
     the equivalent dense batch). Useful to check the harness on any machine, not the kernel."""
     import torch.nn.functional as F
@@ -132,7 +152,34 @@ def sdpa_call(torch, shape: dict, inputs: dict):
     return lambda: F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=causal, enable_gqa=gqa)
 
 
-KERNELS = {"mha": mha_call, "sdpa": sdpa_call}
+def backward_of(forward):
+    """The call that times one backward step of `forward`'s output (the module docstring): the
+    forward runs here, once, with its inputs requiring gradients, and so does dout."""
+    def make(torch, shape: dict, inputs: dict):
+        grads = [inputs[name].requires_grad_() for name in ("q", "k", "v")]
+        if inputs["sink"] is not None:
+            grads.append(inputs["sink"].requires_grad_())
+        with torch.enable_grad():
+            out = forward(torch, shape, inputs)()
+        gen = torch.Generator(device=out.device)
+        gen.manual_seed(int(inputs["seed"]) + 1)
+        dout = torch.randn(out.shape, generator=gen, device=out.device, dtype=torch.float32).to(out.dtype)
+        inputs["out"], inputs["dout"] = out, dout      # kept alive with the inputs, freed after the shape
+
+        def step():
+            with torch.enable_grad():
+                return torch.autograd.grad(out, grads, dout, retain_graph=True)
+        return step
+    return make
+
+
+def kernel_call(kernel: str, shape: dict):
+    """The timed call's factory (torch, shape, inputs) -> call, for the kernel and the shape's pass."""
+    forward = KERNELS[kernel]
+    return backward_of(forward) if pass_of(shape) == "bwd" else forward
+
+
+KERNELS = {"mha": mha_forward, "sdpa": sdpa_forward}
 
 
 # timers ------------------------------------------------------------------------------------
@@ -250,12 +297,64 @@ class WallTimer:
         return times
 
 
+# code objects ------------------------------------------------------------------------------
+
+class LaunchRecorder:
+    """While active: the sha256 of each compiled kernel the package launches, by kernel name."""
+
+    def __init__(self) -> None:
+        self.hashes: dict[str, str] = {}
+
+    def __call__(self, spec, kernel) -> None:
+        if spec.name not in self.hashes:
+            digest = code_object_sha256(kernel)
+            if digest is not None:
+                self.hashes[spec.name] = digest
+
+    def __enter__(self) -> "LaunchRecorder":
+        from mha.launch import LAUNCH_OBSERVERS
+
+        LAUNCH_OBSERVERS.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from mha.launch import LAUNCH_OBSERVERS
+
+        LAUNCH_OBSERVERS.remove(self)
+
+
+def code_object_sha256(kernel) -> str | None:
+    """sha256 of a compiled kernel's binary (cubin or hsaco); None where there is none (the
+    interpreter runs no compiled code)."""
+    asm = getattr(kernel, "asm", None)
+    if asm is None:
+        return None
+    for name in ("cubin", "hsaco"):
+        if name in asm:
+            binary = asm[name]
+            return hashlib.sha256(binary if isinstance(binary, bytes) else str(binary).encode()).hexdigest()
+    return None
+
+
+class _NoRecorder:
+    hashes: dict[str, str] = {}
+
+    def __enter__(self) -> "_NoRecorder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
 # one shape ---------------------------------------------------------------------------------
 
-def measure_shape(torch, timer, call, method: Method, plant_pct: float) -> tuple[list[list[float]], dict]:
-    """Per-dispatch times of every rep (us), and facts about the run (compile, counts)."""
+def measure_shape(torch, timer, call, method: Method, plant_pct: float,
+                  recorder=None) -> tuple[list[list[float]], dict]:
+    """Per-dispatch times of every rep (us), and facts about the run (compile, counts). The first
+    call (compile + first run) runs under `recorder`, which learns the code objects it launched."""
     t0 = time.perf_counter()
-    call()                                          # compile + first run
+    with recorder or _NoRecorder():
+        call()                                      # compile + first run
     if hasattr(torch, "cuda") and torch.cuda.is_available():
         torch.cuda.synchronize()
     first_call_s = time.perf_counter() - t0
@@ -367,6 +466,9 @@ def parse_args(argv):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Before torch or triton is imported: compile without line info, so the code-object hashes
+    # (and the code timed) are the checksums' path-independent ones.
+    os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
     pins = pin_report()
     shapes_doc = json.loads(out_path(args.shapes).read_text())
     if shapes_doc.get("schema") != SHAPES_SCHEMA:
@@ -468,19 +570,22 @@ def _measure_entry(torch, timer, args, method: Method, n: int, entry: dict, kern
     shape, key = entry["shape"], entry["key"]
     record = {k: entry[k] for k in ("key", "shape", "bucket", "tags", "origins") if k in entry}
     if kernel_bucket is not None:
-        record["kernel_bucket"] = kernel_bucket("forward", shape["dqk"], shape["dv"], shape["dtype"],
-                                                shape.get("dropout_p", 0.0))
+        record["kernel_bucket"] = kernel_bucket(CONFIG_PASS[pass_of(shape)], shape["dqk"], shape["dv"],
+                                                shape["dtype"], shape.get("dropout_p", 0.0))
     plant = planted(key)
     inputs = call = None
     if lock is not None:
         lock.wait(n)
     try:
         inputs = make_inputs(torch, shape, args.device, method.seed + n)
-        call = KERNELS[args.kernel](torch, shape, inputs)
-        reps, facts = measure_shape(torch, timer, call, method, plant)
+        call = kernel_call(args.kernel, shape)(torch, shape, inputs)
+        recorder = LaunchRecorder() if args.kernel == "mha" else None
+        reps, facts = measure_shape(torch, timer, call, method, plant, recorder)
         # Rounded to the ns before the stats, so a --dump-dispatches file reproduces them exactly.
         reps = [[round(t, 3) for t in rep] for rep in reps]
         stats = shape_stats(reps, method)
+        if recorder is not None and recorder.hashes:
+            record["code_objects"] = dict(sorted(recorder.hashes.items()))
         record.update(stats=stats.to_dict(), error=None, planted_pct=plant, **facts)
         dumps.append({"key": key, "reps": reps})
         note = f"{stats.trimmed_mean_us:10.1f} us  noise {stats.noise_pct:4.1f} %"

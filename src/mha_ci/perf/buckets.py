@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from mha.config import select_bucket
 
-PERF_PASS = "forward"     # perf workloads time the forward pass (the reference study did)
-
 
 def bucket_of(shape) -> str:
-    """Forward bucket of a mha_ci.perf.shapes.Shape."""
-    return select_bucket(PERF_PASS, shape.dqk, shape.dv, shape.dtype, shape.dropout_p)
+    """The config bucket of a mha_ci.perf.shapes.Shape, in the config section of its pass."""
+    return select_bucket(shape.config_pass, shape.dqk, shape.dv, shape.dtype, shape.dropout_p)

@@ -152,6 +152,11 @@ class TestShapeSpec(_Strict):
     dropout_p: float = Field(ge=0, lt=1, default=0.0)
 
 
+class BackwardSpec(_Strict):
+    # Source tags (mha_ci.perf.workloads.SOURCES) whose non-decode shapes also time the backward.
+    sources: list[Literal["model_shapes", "bench", "test"]] = Field(min_length=1)
+
+
 class WorkloadsFile(_Strict):
     # `model_shapes` is the source tag of docs/workloads.md; pydantic reserves "model_" by default.
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
@@ -162,6 +167,7 @@ class WorkloadsFile(_Strict):
     model_shapes: ModelShapesSpec
     bench: BenchSpec
     test_shapes: list[TestShapeSpec] = []
+    backward: BackwardSpec | None = None
 
 
 # loading -----------------------------------------------------------------------------------

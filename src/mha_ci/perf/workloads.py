@@ -7,6 +7,12 @@ Three sources, each shape tagged with where it came from:
   test          shapes the kernel tests care about.
 Tensor parallelism divides both head counts by TP, only where both divide exactly. The union
 is deduplicated by shape key; a shape keeps every source tag and every (model, TP) origin.
+
+Every shape times one pass. The shapes above are forward ones; the sources named under
+`backward` in workloads.yaml also give a backward twin (pass `bwd`, key suffix `_bwd`) of each of
+their shapes that has more than one query row: training runs the backward of its prefill, and a
+decode step has none.
+
 Plus the deterministic pull-request subset (`select_subset`).
 """
 from __future__ import annotations
@@ -86,10 +92,18 @@ def raw_shapes(spec) -> list[tuple[Shape, Origin]]:
     return out
 
 
+def with_backward(raw: list[tuple[Shape, Origin]], sources) -> list[tuple[Shape, Origin]]:
+    """`raw` and, after it, the backward twin of every shape of `sources` that is not a decode."""
+    twins = [(shape.with_pass("bwd"), origin) for shape, origin in raw
+             if origin.source in sources and shape.sq > 1]
+    return raw + twins
+
+
 def generate(spec) -> list[Workload]:
     """The deduplicated workload set, sorted by key (stable across runs and machines)."""
     by_key: dict[str, Workload] = {}
-    for shape, origin in raw_shapes(spec):
+    backward = getattr(spec, "backward", None)
+    for shape, origin in with_backward(raw_shapes(spec), backward.sources if backward else ()):
         workload = by_key.get(shape.key)
         if workload is None:
             workload = by_key[shape.key] = Workload(shape=shape, bucket=bucket_of(shape))
@@ -106,8 +120,8 @@ def select_subset(workloads: list[Workload], size: int, always: Sequence[str] = 
 
     In order, until `size` is reached (the first three steps may exceed it; coverage wins):
     1. the `always` keys (perf.yaml: the reference shapes of docs/workloads.md);
-    2. per (bucket, layout): the cheapest and the most expensive shape by FLOPs, so every bucket
-       is timed dense and varlen, small and large;
+    2. per (pass, bucket, layout): the cheapest and the most expensive shape by FLOPs, so every
+       bucket is timed in both passes, dense and varlen, small and large;
     3. one shape of every source tag not yet present;
     4. the remaining shapes spread evenly over the FLOPs ranking (small to large).
     """
@@ -121,9 +135,9 @@ def select_subset(workloads: list[Workload], size: int, always: Sequence[str] = 
         if key not in by_key:
             raise KeyError(f"subset.always names {key}, which is not a workload shape")
         take(by_key[key])
-    groups: dict[tuple[str, str], list[Workload]] = {}
+    groups: dict[tuple[str, str, str], list[Workload]] = {}
     for w in workloads:
-        groups.setdefault((w.bucket, w.shape.layout), []).append(w)
+        groups.setdefault((w.shape.pass_, w.bucket, w.shape.layout), []).append(w)
     for group_key in sorted(groups):
         ranked = sorted(groups[group_key], key=lambda w: (w.shape.flops, w.key))
         take(ranked[0])

@@ -25,9 +25,7 @@ class BucketTarget:
 
 
 def shape_of(entry: dict) -> Shape:
-    data = dict(entry["shape"])
-    data["window"] = tuple(data.get("window", (-1, -1)))
-    return Shape(**data)
+    return Shape.from_dict(entry["shape"])
 
 
 def read_report(path: Path) -> dict:

@@ -28,6 +28,36 @@ def test_key_format_is_designs():
         parse_key("dense_b8_hq48")
 
 
+def test_a_backward_key_says_its_pass_and_round_trips():
+    fwd = Shape("varlen", 1, 8, 1, 8192, 8192, 64, 64, False, window=(128, 0), sink=True)
+    bwd = fwd.with_pass("bwd")
+    assert bwd.key == fwd.key + "_bwd" and not fwd.key.endswith("_bwd")
+    assert parse_key(bwd.key) == bwd and parse_key(fwd.key) == fwd
+    assert Shape.from_dict(bwd.to_dict()) == bwd and bwd.to_dict()["pass"] == "bwd"
+    # documents written before shapes had a pass hold forward shapes
+    legacy = {k: v for k, v in fwd.to_dict().items() if k != "pass"}
+    assert Shape.from_dict(legacy) == fwd
+    assert bwd.flops == int(2.5 * fwd.flops)
+    assert bwd.config_pass == "backward" and fwd.config_pass == "forward"
+    with pytest.raises(ValueError, match="no backward"):
+        Shape("dense", 64, 8, 1, 1, 1024, 128, 128, True).with_pass("bwd")
+    with pytest.raises(ValueError, match="pass must be"):
+        Shape("dense", 1, 8, 1, 16, 16, 64, 64, True, pass_="both")
+
+
+def test_backward_shapes_cover_training_and_skip_decode(workloads):
+    bwd = [w for w in workloads if w.shape.pass_ == "bwd"]
+    assert bwd and all(w.shape.sq > 1 for w in bwd)
+    keys = {w.key for w in workloads}
+    # every backward shape has its forward twin, with the same origins
+    assert all(w.key[:-len("_bwd")] in keys for w in bwd)
+    assert {w.bucket for w in bwd} == {"default", "small_head", "pe", "dropout_or_fp32"}
+    assert {w.shape.layout for w in bwd} == {"dense", "varlen"}
+    assert {w.shape.causal for w in bwd} == {True, False}
+    assert any(w.shape.sink and w.shape.window != (-1, -1) for w in bwd)     # GPT-OSS
+    assert {t for w in bwd for t in w.tags} <= {"model_shapes", "test"}      # workloads.yaml backward.sources
+
+
 def test_visible_pairs_bottom_right_causal_and_window():
     assert visible_pairs(4, 4, False, (-1, -1)) == 16
     assert visible_pairs(4, 4, True, (-1, -1)) == 10
@@ -39,8 +69,10 @@ def test_visible_pairs_bottom_right_causal_and_window():
 def test_full_set_size_dedup_and_tags(repo_root, workloads):
     raw = raw_shapes(load_workloads_file(repo_root))
     keys = [w.key for w in workloads]
-    assert len(keys) == len(set(keys)) == 231            # ~240 in the study; docs/workloads.md
-    assert len(raw) > len(workloads)                     # duplicates were merged
+    assert len(keys) == len(set(keys)) == 309
+    fwd = [w for w in workloads if w.shape.pass_ == "fwd"]
+    assert len(fwd) == 231                               # ~240 in the study; docs/workloads.md
+    assert len(raw) > len(fwd)                           # duplicates were merged
     by_key = {w.key: w for w in workloads}
     # Llama3-8B and Mixtral-8x7B share every shape: one entry, both models among its origins
     llama = by_key["dense_b1_hq32_hk8_sq8192_sk8192_dqk128_dv128_c1"]
@@ -75,8 +107,11 @@ def test_pr_subset_covers_every_bucket_and_layout_deterministically(repo_root, w
     subset = select_subset(workloads, perf.subset.size, perf.subset.always)
     again = select_subset(list(reversed(workloads)), perf.subset.size, perf.subset.always)
     assert [w.key for w in subset] == [w.key for w in again]
-    assert 25 <= len(subset) <= 35
-    assert {(w.bucket, w.shape.layout) for w in subset} == {(w.bucket, w.shape.layout) for w in workloads}
+    assert 35 <= len(subset) <= 45
+    # both passes of every (bucket, layout)
+    groups = {(w.shape.pass_, w.bucket, w.shape.layout) for w in workloads}
+    assert {(w.shape.pass_, w.bucket, w.shape.layout) for w in subset} == groups
+    assert {(b, lay) for p, b, lay in groups if p == "bwd"} == {(b, lay) for p, b, lay in groups if p == "fwd"}
     assert {t for w in subset for t in w.tags} == {"model_shapes", "bench", "test"}
     assert set(perf.subset.always) <= {w.key for w in subset}
     flops = sorted(w.shape.flops for w in workloads)
