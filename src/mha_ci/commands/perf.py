@@ -18,6 +18,8 @@ failed, NaN or non-positive measurement, or two documents that must not be compa
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import argparse
 import datetime as dt
 import json
@@ -74,6 +76,14 @@ def register(sub) -> None:
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)
     p.add_argument("--planted", type=Path, help="a third run of the same build with MHA_PERF_PLANT_SLOWDOWN")
+    p.add_argument("--planted-base", type=Path,
+                   help="what the planted run is judged against (default: A): the base side of the same "
+                        "interleaved run, for calibrating --against or --interleave")
+    p.add_argument("--min-us", type=float, default=0.0, help="judge only shapes of at least this many us in A")
+    p.add_argument("--floor-pct", type=float, default=None,
+                   help="the gate's floor to calibrate (default: perf.yaml's; --against-floor: its --against floor)")
+    p.add_argument("--against-floor", action="store_true",
+                   help="calibrate the floor `perf measure --against` judges with (perf.yaml against.floor_pct)")
     p.add_argument("--format", choices=("md", "json"), default="md")
     p.add_argument("--out", type=Path, help="also write calibrate.{json,md,png} here")
     p.set_defaults(handler=cmd_calibrate)
@@ -193,7 +203,7 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
     from mha_ci.executors.venv import cache_root
     from mha_ci.perf.base_checkout import materialise, resolve
     from mha_ci.perf.compare import compare
-    from mha_ci.perf.config import gate_policy, load_perf_file
+    from mha_ci.perf.config import against_policy, load_perf_file
     from mha_ci.perf.measure import measure_against, write_inputs
     from mha_ci.perf.provenance import git_commit
 
@@ -214,7 +224,7 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
     print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}: the kernel of "
           f"{args.against} ({sha[:12]}) and of the working tree, taking turns per shape", file=sys.stderr)
     docs = measure_against(executors, (sha, head), pipeline, toolchain, arch, out_dir, rel, kernel=args.kernel)
-    return _report(compare(docs["base"], docs["head"], gate_policy(load_perf_file(args.root))), out_dir / rel)
+    return _report(compare(docs["base"], docs["head"], against_policy(load_perf_file(args.root))), out_dir / rel)
 
 
 def cmd_compare(args) -> int:
@@ -241,7 +251,7 @@ def cmd_compare(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from mha_ci.perf import calibrate
-    from mha_ci.perf.config import calibration_bars, gate_policy, load_perf_file
+    from mha_ci.perf.config import against_policy, calibration_bars, gate_policy, load_perf_file
     from mha_ci.perf.document import load_perf, write_json
 
     spec = load_perf_file(args.root)
@@ -249,8 +259,18 @@ def cmd_calibrate(args) -> int:
     if planted is not None and not any(e.get("planted_pct") for e in planted["results"]):
         raise ConfigError("no shape of this run was planted: measure it with MHA_PERF_PLANT_SLOWDOWN=<pct> "
                           "(and MHA_PERF_PLANT_KEYS=<glob,...> to plant only some shapes)", file=str(args.planted))
-    result = calibrate.calibrate(load_perf(args.a), load_perf(args.b), gate_policy(spec), planted=planted,
-                                 bars=calibration_bars(spec))
+    if args.planted_base and planted is None:
+        raise ConfigError("--planted-base needs --planted", key="--planted-base")
+    if args.min_us < 0:
+        raise ConfigError("--min-us must not be negative", key="--min-us")
+    policy = against_policy(spec) if args.against_floor else gate_policy(spec)
+    if args.floor_pct is not None:
+        if not args.floor_pct > 0:
+            raise ConfigError("--floor-pct must be above 0", key="--floor-pct")
+        policy = replace(policy, floor_pct=args.floor_pct)
+    result = calibrate.calibrate(load_perf(args.a), load_perf(args.b), policy, planted=planted,
+                                 bars=calibration_bars(spec), min_us=args.min_us,
+                                 planted_base=load_perf(args.planted_base) if args.planted_base else None)
     text = calibrate.markdown(result)
     print(json.dumps(result, indent=1) if args.format == "json" else text, end="" if args.format == "md" else "\n")
     if args.out:

@@ -9,6 +9,12 @@ With a third measurement of the same build carrying a planted slowdown
 (MHA_PERF_PLANT_SLOWDOWN, see the payload) the catching rate is measured too: the share of
 planted shapes the gate calls a regression, and the delta actually realised.
 
+An interleaved comparison (`perf measure --against` or `--interleave`) measures its planted
+run's own base side beside it: pass that as `planted_base`, so the planted shapes are judged the
+way that comparison judges them. `min_us` keeps only shapes whose A time is at least that many
+us (the planted spin's fixed launch cost overshoots on the shortest shapes; the payload says why).
+Rates are given over all shapes and per pass (fwd, bwd).
+
 The verdict holds both rates to the bars of pipelines/perf.yaml (`calibration`): at most 1 % of
 shapes falsely called regressions, at least 95 % of planted shapes caught. `mha-ci perf
 calibrate` exits 1 when a bar is missed, so a calibration run can gate like a comparison.
@@ -20,6 +26,7 @@ import statistics
 from dataclasses import dataclass
 
 from mha_ci.perf.compare import GatePolicy, ShapeVerdict, compare
+from mha_ci.perf.shapes import pass_of_key
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,20 @@ def _ceil_half(x: float) -> float:
     return math.ceil(x * 2) / 2
 
 
-def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None, bars: Bars = Bars()) -> dict:
+def at_least(doc: dict, keys_of: dict, min_us: float) -> dict:
+    """`doc` with only the shapes whose time in `keys_of` (a perf document) is at least `min_us`."""
+    if min_us <= 0:
+        return doc
+    kept = {e["key"] for e in keys_of["results"]
+            if isinstance(e.get("stats"), dict) and (e["stats"].get("trimmed_mean_us") or 0) >= min_us}
+    results = [e for e in doc["results"] if e["key"] in kept]
+    selection = {**(doc.get("selection") or {}), "subset": "custom", "count": len(results)}
+    return {**doc, "selection": selection, "results": results}
+
+
+def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None, bars: Bars = Bars(),
+              planted_base: dict | None = None, min_us: float = 0.0) -> dict:
+    a, b = at_least(a, a, min_us), at_least(b, a, min_us)
     aa = compare(a, b, policy)
     if aa.refused:
         return {"refused": aa.refused}
@@ -84,6 +104,7 @@ def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None,
     result = {
         "schema": "mha-ci.perf-calibrate/1",
         "gate": {"floor_pct": policy.floor_pct, "k": policy.k, "invalid_noise_pct": policy.invalid_noise_pct},
+        "min_us": min_us,
         "shapes_total": len(aa.shapes),
         "shapes_valid": len(valid),
         "false_regressions": false_reg,
@@ -95,10 +116,16 @@ def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None,
         "smallest_caught_pct": _summary(thresholds),
         "zero_false_call_floor_pct": _ceil_half(max(deltas)) if deltas else None,
         "zero_false_call_k": round(max(ratios), 2) if ratios else None,
+        "by_pass": {pass_: {"shapes_valid": len(group),
+                            "false_regressions": sum(v.status == "regression" for v in group),
+                            "aa_abs_delta_pct": _summary([abs(v.delta_pct) for v in group])}
+                    for pass_ in ("fwd", "bwd")
+                    for group in [[v for v in valid if pass_of_key(v.key) == pass_]] if group},
         "shapes": shapes,
     }
     if planted is not None:
-        result["planted"] = planted_catch(a, planted, policy)
+        base = a if planted_base is None else at_least(planted_base, a, min_us)
+        result["planted"] = planted_catch(base, at_least(planted, a, min_us), policy)
     result["verdict"] = verdict(result, bars)
     return result
 
@@ -133,6 +160,9 @@ def planted_catch(a: dict, planted: dict, policy: GatePolicy) -> dict:
     nominal = sorted({pct_of[v.key] for v in hits})
     return {
         "nominal_pct": nominal,
+        "by_pass": {pass_: {"planted_shapes": len(group), "caught": sum(v.status == "regression" for v in group)}
+                    for pass_ in ("fwd", "bwd")
+                    for group in [[v for v in hits if pass_of_key(v.key) == pass_]] if group},
         "planted_shapes": len(hits),
         "caught": len(caught),
         "catch_rate": len(caught) / len(hits) if hits else None,

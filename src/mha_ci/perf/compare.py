@@ -20,6 +20,12 @@ estimates. A document made from several runs (mha_ci.perf.combine: a baseline, o
 measured with --repeat) also knows how far a shape moves between runs; its noise is the larger
 of the within-run and the between-run figure. Stalls (mha_ci.perf.stats) ride along per shape and do not change the status; they
 fail the gate only with `fail_on_stall`.
+
+Each verdict names its pass (fwd or bwd, from the key) and whether both sides ran the same code
+objects (`same_code`: both documents record the sha256 of every kernel the shape launched, and
+they are equal). A shape with the same code on both sides cannot have changed speed through the
+change under test: its delta is a free A/A sample of the comparison's noise, and the reports say
+so.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TypeGuard
 
 from mha_ci.perf import comparable
+from mha_ci.perf.shapes import pass_of_key
 
 STATUSES = ("improvement", "ok", "regression", "invalid")
 
@@ -63,9 +70,15 @@ class ShapeVerdict:
     tags: tuple[str, ...] = ()
     tp: tuple[int, ...] = ()
     broken: bool = False                # invalid because a measurement is missing, failed or not a time
+    same_code: bool | None = None       # both sides launched identical code objects; None: unknown
+
+    @property
+    def pass_(self) -> str:
+        return pass_of_key(self.key)
 
     def to_dict(self) -> dict:
         data = asdict(self)
+        data["pass"] = self.pass_
         data["tags"], data["tp"] = list(self.tags), list(self.tp)
         for name in ("baseline_us", "candidate_us", "delta_pct", "threshold_pct",
                      "noise_baseline_pct", "noise_candidate_pct"):
@@ -92,6 +105,15 @@ class Comparison:
         for verdict in self.shapes:
             counts[verdict.status] += 1
         return counts
+
+    @property
+    def summary_by_pass(self) -> dict[str, dict[str, int]]:
+        """The summary of each pass the comparison holds (fwd before bwd)."""
+        out: dict[str, dict[str, int]] = {}
+        for verdict in sorted(self.shapes, key=lambda v: v.pass_ != "fwd"):
+            counts = out.setdefault(verdict.pass_, {status: 0 for status in STATUSES})
+            counts[verdict.status] += 1
+        return out
 
     @property
     def stalled(self) -> list[ShapeVerdict]:
@@ -126,6 +148,8 @@ class Comparison:
         return {
             "schema": "mha-ci.perf-compare/1",
             "summary": self.summary,
+            "summary_by_pass": self.summary_by_pass,
+            "same_code": sum(1 for v in self.shapes if v.same_code),
             "refused": self.refused,
             "notes": list(self.notes),
             "cross_toolchain": self.cross_toolchain,
@@ -199,12 +223,22 @@ def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refus
         status, reason = _classify(delta, threshold)
     return ShapeVerdict(
         key=key, baseline_us=bt, candidate_us=ct, noise_baseline_pct=bn, noise_candidate_pct=cn,
+        same_code=same_code(b, c),
         stall=_stall(cs, policy),
         shape=meta.get("shape"), bucket=meta.get("bucket"),
         tags=tuple(meta.get("tags") or ()),
         tp=tuple(sorted({o["tp"] for o in meta.get("origins") or () if o.get("tp")})),
         delta_pct=delta, threshold_pct=threshold, status=status, reason=reason, broken=broken,
     )
+
+
+def same_code(b: dict | None, c: dict | None) -> bool | None:
+    """Whether two results of one shape ran identical code objects: None when either side did not
+    record them (older documents, another kernel than mha, a failed shape)."""
+    ours, theirs = (b or {}).get("code_objects"), (c or {}).get("code_objects")
+    if not isinstance(ours, dict) or not isinstance(theirs, dict) or not ours or not theirs:
+        return None
+    return ours == theirs
 
 
 def _classify(delta: float, threshold: float) -> tuple[str, str]:

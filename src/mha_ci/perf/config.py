@@ -7,6 +7,8 @@ without pydantic).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -75,11 +77,16 @@ class SubsetSpec(_Strict):
     always: list[str] = []      # shape keys always in the pull-request subset
 
 
+class AgainstSpec(_Strict):
+    floor_pct: float = Field(gt=0)
+
+
 class PerfFile(_Strict):
     gate: GateSpec
     refresh: RefreshSpec
     measure: MeasureSpec
     subset: SubsetSpec
+    against: AgainstSpec
     calibration: CalibrationSpec = CalibrationSpec()
 
 
@@ -185,6 +192,11 @@ def gate_policy(spec: PerfFile) -> GatePolicy:
     return GatePolicy(floor_pct=g.floor_pct, k=g.k, invalid_noise_pct=g.invalid_noise_pct,
                       stall_factor=g.stall_factor, stall_min_excess_us=g.stall_min_excess_us,
                       fail_on_stall=g.fail_on_stall, fail_on_invalid=g.fail_on_invalid)
+
+
+def against_policy(spec: PerfFile) -> GatePolicy:
+    """The gate of `perf measure --against`: perf.yaml's, with the floor of its `against` section."""
+    return replace(gate_policy(spec), floor_pct=spec.against.floor_pct)
 
 
 def calibration_bars(spec: PerfFile) -> Bars:

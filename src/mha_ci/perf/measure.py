@@ -62,8 +62,10 @@ def write_inputs(root: Path, folder: Path, subset: str, keys: list[str] | None =
 
 def run_payload(executor, pipeline: Pipeline, toolchain: str, arch: str, out_dir: Path, rel: str, *, kernel: str = "mha",
                 chunk: str | None = None, out_name: str = "perf.json", log_prefix: str = "perf",
-                extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None) -> dict:
-    """Run the payload on out_dir/rel/{shapes,method}.json; returns the perf document."""
+                extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None,
+                plant: bool = True) -> dict:
+    """Run the payload on out_dir/rel/{shapes,method}.json; returns the perf document. `plant`
+    passes a planted slowdown (MHA_PERF_PLANT_*) of the environment on to it."""
     from mha_ci.executors.base import PayloadRun
 
     if toolchain not in pipeline.toolchains:
@@ -78,8 +80,8 @@ def run_payload(executor, pipeline: Pipeline, toolchain: str, arch: str, out_dir
     args += list(extra_args)
     if pipeline.archs[arch].compile_target is None:
         args += ["--device", "cpu"]
-    env = {k: os.environ[k] for k in ("MHA_PERF_PLANT_SLOWDOWN", "MHA_PERF_PLANT_KEYS", "MHA_CI_COMMIT")
-           if k in os.environ}
+    names = ("MHA_PERF_PLANT_SLOWDOWN", "MHA_PERF_PLANT_KEYS", "MHA_CI_COMMIT") if plant else ("MHA_CI_COMMIT",)
+    env = {k: os.environ[k] for k in names if k in os.environ}
     env.update(extra_env or {})
     result = executor.run(PayloadRun(module="perf", args=tuple(args), toolchain=pipeline.toolchains[toolchain].on(pipeline.archs[arch].platform),
                                      arch=pipeline.archs[arch], out_dir=out_dir, env=env,
@@ -169,10 +171,12 @@ def _take_turns(sides: list, pipeline: Pipeline, arch: str, out_dir: Path, rel: 
 
     folder = lockstep.prepare(Path(out_dir) / rel / "lockstep")
     with ThreadPoolExecutor(max_workers=2) as pool:
+        # A planted slowdown is the change under test: it goes to the candidate (second) side only.
         futures = {name: pool.submit(run_payload, executor, pipeline, toolchain, arch, out_dir, rel,
                                      kernel=kernel, out_name=out_name, log_prefix=f"perf {name} ({role})",
-                                     extra_args=("--lockstep", f"{rel}/lockstep:{role}"), extra_env=env)
-                   for (name, executor, toolchain, out_name, env), role in zip(sides, lockstep.ROLES)}
+                                     extra_args=("--lockstep", f"{rel}/lockstep:{role}"), extra_env=env,
+                                     plant=i == 1)
+                   for i, ((name, executor, toolchain, out_name, env), role) in enumerate(zip(sides, lockstep.ROLES))}
         try:
             for future in as_completed(futures.values()):
                 future.result()

@@ -25,11 +25,15 @@ made (status "unchanged") unless `always` is set: a nightly pull request of pure
 people to merge them unread.
 
 History: a stored baseline keeps the last `refresh.history_runs` runs per shape, and its value is
-their median. When the kernel package (src/mha) differs between a kept run's commit and the
-measured one, the shapes that moved beyond their threshold start their history again: their old
-runs time other code, and the median would let a kernel change reach the baseline only after
-most of the window had been re-measured. The shapes that did not move keep theirs, and with it
-the between-run spread that keeps machine-to-machine differences from failing pull requests.
+their median. A shape starts its history again exactly when the code it runs changed: every
+result records the sha256 of each code object its call launched (`code_objects`), and a shape
+whose new code objects differ from its stored ones restarts, since its old runs time other code
+and the median would let the change reach the baseline only after most of the window had been
+re-measured. A shape whose code objects are unchanged keeps its runs, and with them the
+between-run spread that keeps machine-to-machine differences from failing pull requests, however
+much of src/mha changed around it. A stored shape measured before results recorded code objects
+falls back to the commit rule: when src/mha differs between a kept run's commit and the measured
+one, it restarts if it moved beyond its threshold.
 """
 from __future__ import annotations
 
@@ -309,16 +313,38 @@ def _baseline_files(root: Path, arch: str, measured: dict[str, tuple[dict | None
     for name, (old, doc) in measured.items():
         # What moved: the new run against the stored baseline, as a pull request would be judged.
         comparisons[name] = compare(old, doc, policy.gate) if old is not None else None
-        rebuilt = _another_build(root, old, doc)
-        restart = frozenset(_moved(comparisons[name])) if rebuilt else frozenset()
+        restart, why = restarted_shapes(root, old, doc, comparisons[name])
         stored, reset = roll(old, doc, policy.history_runs, restart_keys=restart)
         runs = len(stored["provenance"]["combined_runs"])
         history[name] = (f"{runs} run(s) kept" + (f"; history restarted: {reset}" if reset else "")
-                         + (f"; {len(restart)} shape(s) that moved start their history again: {rebuilt}"
-                            if restart else ""))
+                         + (f"; {len(restart)} shape(s) start their history again: {why}" if restart else ""))
         files[perf_baseline(arch, name)] = _encode(stored)
-        changed = changed or bool(_moved(comparisons[name])) or _shape_set_changed(old, doc)
+        changed = changed or bool(_moved(comparisons[name])) or bool(restart) or _shape_set_changed(old, doc)
     return files, comparisons, history, changed
+
+
+def restarted_shapes(root: Path, old: dict | None, new: dict,
+                     comparison: Comparison | None) -> tuple[frozenset[str], str]:
+    """The shapes whose history starts again, and why (the module docstring's rule)."""
+    if old is None:
+        return frozenset(), ""
+    stored = {e["key"]: e.get("code_objects") for e in old.get("results") or []}
+    measured = {e["key"]: e.get("code_objects") for e in new.get("results") or []}
+    changed, unknown = set(), set()
+    for key, objects in measured.items():
+        if key not in stored:
+            continue                                 # new shape: no history to restart
+        if stored[key] and objects:
+            if stored[key] != objects:
+                changed.add(key)
+        else:
+            unknown.add(key)
+    reasons = [f"{len(changed)} ran other code objects"] if changed else []
+    rebuilt = _another_build(root, old, new) if unknown else None
+    fallback = unknown & set(_moved(comparison)) if rebuilt else set()
+    if fallback:
+        reasons.append(f"{len(fallback)} without recorded code objects moved after a kernel change ({rebuilt})")
+    return frozenset(changed | fallback), "; ".join(reasons)
 
 
 def _another_build(root: Path, old: dict | None, new: dict) -> str | None:

@@ -370,9 +370,41 @@ def test_shapes_that_moved_after_a_kernel_change_start_their_history_again(repo,
     new_kernel = perf_doc("triton-3.4", means=(560.0, 1905.0))
     new_kernel["provenance"]["commit"] = changed
     result = run(repo, {"triton-3.4": new_kernel}, scratch, toolchains=["triton-3.4"])
-    assert result.history == {"triton-3.4": "2 run(s) kept; 1 shape(s) that moved start their history again: "
-                                            f"the kernel changed since kept run {base[:12]} (src/mha/kernels/forward.py)"}
+    assert result.history == {"triton-3.4": "2 run(s) kept; 1 shape(s) start their history again: 1 without "
+                                            "recorded code objects moved after a kernel change (the kernel changed "
+                                            f"since kept run {base[:12]} (src/mha/kernels/forward.py))"}
     assert runs_of(result) == [[560.0], [1900.0, 1905.0]]
+
+
+def test_history_restarts_exactly_where_the_code_objects_changed(repo, scratch):
+    """With code objects recorded the commit does not matter: a shape whose kernels changed
+    restarts even when it did not move, one whose kernels did not keeps its runs even when it
+    moved and src/mha changed."""
+    def with_code(doc, first, second):
+        for entry, sha in zip(doc["results"], (first, second)):
+            entry["code_objects"] = {"fwd": sha}
+        return doc
+
+    base = git(repo, "rev-parse", "HEAD")
+    stored = with_code(perf_doc("triton-3.4"), "a" * 64, "b" * 64)
+    stored["provenance"]["commit"] = base
+    (repo / "perf_baselines/sm90/triton-3.4.json").write_text(json.dumps(stored, indent=1) + "\n")
+    kernel = repo / "src" / "mha" / "kernels" / "forward.py"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text("# another kernel\n")
+    git(repo, "add", ".")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", "commit", "--quiet",
+        "-m", "kernel change")
+    # shape 0 moved +12 % on the same code objects; shape 1 did not move but ran new ones
+    new = with_code(perf_doc("triton-3.4", means=(560.0, 1901.0)), "a" * 64, "c" * 64)
+    new["provenance"]["commit"] = git(repo, "rev-parse", "HEAD")
+    result = run(repo, {"triton-3.4": new}, scratch, toolchains=["triton-3.4"])
+    assert result.history == {"triton-3.4": "2 run(s) kept; 1 shape(s) start their history again: "
+                                            "1 ran other code objects"}
+    stored = json.loads(git(repo, "show", f"{result.branch}:perf_baselines/sm90/triton-3.4.json"))
+    runs = {e["key"]: e["stats"]["run_trimmed_means_us"] for e in stored["results"]}
+    assert runs == {KEYS[0]: [500.0, 560.0], KEYS[1]: [1901.0]}
+    assert [e["code_objects"] for e in stored["results"]] == [{"fwd": "a" * 64}, {"fwd": "c" * 64}]
 
 
 def test_command_line_takes_re_measurements_as_repeated_files(repo, scratch):
