@@ -323,6 +323,7 @@ def cmd_refresh(args) -> int:
             raise ConfigError("--measurement needs --arch: the arch the documents were measured on", key="--arch")
         arch = args.arch
         measure_fn, remeasure_fn, toolchains, checksums_fn, durations_fn = _measured_files(args)
+        _refuse_other_code(args, arch)
     else:
         if args.checksums or args.durations:
             raise ConfigError("--checksums and --durations go with --measurement", key="--checksums")
@@ -338,14 +339,25 @@ def cmd_refresh(args) -> int:
     return ExitCode.OK
 
 
+def _refuse_other_code(args, arch: str) -> None:
+    """A measurement file stands for HEAD's baseline only if it timed HEAD's code objects."""
+    from mha_ci.refresh.measured_code import code_mismatch
+
+    for name, path in _pairs(args.measurement, "--measurement"):
+        why = code_mismatch(args.root, _read_json(path), name, arch)
+        if why:
+            raise ConfigError(f"not a measurement of HEAD's {arch} code: {why}", file=str(path), key="--measurement")
+
+
 def _measured_here(args, pipeline, arch: str, out_dir: Path):
     """The measure and re-measure functions of a refresh that measures HEAD on this machine."""
     from mha_ci.executors import make_executor
     from mha_ci.perf.measure import refresh_measurers
-    from mha_ci.refresh.branch import uncommitted
+    from mha_ci.refresh.branch import uncommitted, untracked
+    from mha_ci.refresh.measured_code import SOURCE_PATHS
 
     # A baseline is stored as the measurement of HEAD: measuring other code would misattribute it.
-    changed = uncommitted(args.root)
+    changed = uncommitted(args.root) + untracked(args.root, SOURCE_PATHS)
     if changed:
         raise ConfigError(f"the working tree differs from HEAD in {len(changed)} tracked file(s) "
                           f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); a baseline is measured "

@@ -42,6 +42,19 @@ def uncommitted(repo: Path) -> list[str]:
     return [path for path in _git(repo, "diff", "--name-only", "-z", "HEAD").split("\0") if path]
 
 
+def untracked(repo: Path, paths: tuple[str, ...]) -> list[str]:
+    """Untracked, not ignored files under `paths` (a new kernel file is code under test too)."""
+    out = _git(repo, "ls-files", "--others", "--exclude-standard", "-z", "--", *paths)
+    return [path for path in out.split("\0") if path]
+
+
+def file_at(repo: Path, commit: str, path: str) -> str | None:
+    """The text of `path` at `commit`; None when git has no such commit or file here."""
+    done = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"],
+                          capture_output=True, text=True, check=False)
+    return done.stdout if done.returncode == 0 else None
+
+
 def changed_paths(repo: Path, a: str, b: str, paths: tuple[str, ...]) -> list[str] | None:
     """Files under `paths` that differ between commits a and b; None when git cannot tell
     (a commit not in this clone)."""

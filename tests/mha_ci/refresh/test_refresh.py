@@ -213,9 +213,14 @@ def test_arch_without_refresh_job_is_a_config_error(repo, scratch):
         refresh(load_pipeline(repo), "interpreter", measure_with({}), out_dir=scratch / "out", policy=POLICY)
 
 
+def of_head(repo: Path, doc: dict) -> dict:
+    doc["provenance"]["commit"] = git(repo, "rev-parse", "HEAD")
+    return doc
+
+
 def test_command_line_from_measurement_files(repo, scratch):
     m34 = scratch / "m34.json"
-    m34.write_text(json.dumps(perf_doc("triton-3.4", means=(450.0, 1900.0))))
+    m34.write_text(json.dumps(of_head(repo, perf_doc("triton-3.4", means=(450.0, 1900.0)))))
     codeobj = scratch / "co.json"
     codeobj.write_text(json.dumps({"schema": "mha-ci.codeobj/1", "toolchain": {}, "objects": []}))
     out = scratch / "cli-out"
@@ -227,7 +232,7 @@ def test_command_line_from_measurement_files(repo, scratch):
     assert "improvement" in (out / "pr-body.md").read_text()
 
     noisy = scratch / "noisy.json"
-    noisy.write_text(json.dumps(perf_doc("triton-3.4", noise=12.0)))
+    noisy.write_text(json.dumps(of_head(repo, perf_doc("triton-3.4", noise=12.0))))
     argv = ["--root", str(repo), "perf", "refresh", "--arch", "sm90", "--measurement", f"triton-3.4={noisy}",
             "--out", str(scratch / "o2"), "--date", "2026-12-01"]
     assert main(argv) == ExitCode.GATE_FAILED
@@ -238,6 +243,50 @@ def test_command_line_from_measurement_files(repo, scratch):
     assert main(no_arch) == ExitCode.CONFIG_ERROR
     assert main([*no_arch[:4], "--arch", "sm90", "--measurement", "triton-3.4", "--out", str(out)]) == \
         ExitCode.CONFIG_ERROR
+
+
+def test_a_measurement_of_other_code_objects_or_a_dirty_tree_is_refused(repo, scratch):
+    """--measurement stores a document as HEAD's baseline: only if it timed HEAD's code objects."""
+    def commit_all(message):
+        git(repo, "add", ".")
+        git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
+            "commit", "--quiet", "-m", message)
+        return git(repo, "rev-parse", "HEAD")
+
+    records = repo / "perf_baselines" / "code_objects" / "triton-3.4.json"
+    records.parent.mkdir(parents=True, exist_ok=True)
+
+    def store(sha):
+        records.write_text(json.dumps({"schema": "mha-ci.codeobj/1", "toolchain": {}, "records": [
+            {"key": "sm90/forward/default/fwd/bf16-d128", "arch": "sm90", "sha256": sha},
+            {"key": "gfx942/forward/default/fwd/bf16-d128", "arch": "gfx942", "sha256": "g" * 64}]}))
+
+    store("a" * 64)
+    measured_at = commit_all("code objects a")
+    (repo / "src").mkdir(exist_ok=True)
+    (repo / "src" / "host.py").write_text("# host code only\n")
+    commit_all("host code")
+    doc = perf_doc("triton-3.4", means=(450.0, 1900.0))
+    doc["provenance"]["commit"] = measured_at
+    m34 = scratch / "m34.json"
+    m34.write_text(json.dumps(doc))
+
+    def refresh(date):
+        return main(["--root", str(repo), "perf", "refresh", "--arch", "sm90", "--measurement", f"triton-3.4={m34}",
+                     "--out", str(scratch / date), "--date", date])
+
+    store("b" * 64)                                  # a config change: other sm90 code objects
+    commit_all("code objects b")
+    assert refresh("2026-12-01") == ExitCode.CONFIG_ERROR
+    store("a" * 64)                                  # back to the measured code: accepted
+    commit_all("code objects a again")
+    (repo / "src" / "new_kernel.py").write_text("# untracked\n")
+    assert refresh("2026-12-02") == ExitCode.CONFIG_ERROR      # an untracked file under src/ is dirty
+    (repo / "src" / "new_kernel.py").unlink()
+    assert refresh("2026-12-03") == ExitCode.OK
+    doc["provenance"]["commit"] = "f" * 40           # a commit this clone does not have
+    m34.write_text(json.dumps(doc))
+    assert refresh("2026-12-04") == ExitCode.CONFIG_ERROR
 
 
 def test_policy_comes_from_pipelines_perf_yaml(repo):
@@ -409,10 +458,10 @@ def test_history_restarts_exactly_where_the_code_objects_changed(repo, scratch):
 
 def test_command_line_takes_re_measurements_as_repeated_files(repo, scratch):
     first, again = scratch / "first.json", scratch / "again.json"
-    stalled = perf_doc("triton-3.4", means=(600.0, 1900.0))
+    stalled = of_head(repo, perf_doc("triton-3.4", means=(600.0, 1900.0)))
     stalled["results"][0]["stats"]["stall"] = STALL
     first.write_text(json.dumps(stalled))
-    again.write_text(json.dumps(perf_doc("triton-3.4", means=(610.0, 1900.0))))
+    again.write_text(json.dumps(of_head(repo, perf_doc("triton-3.4", means=(610.0, 1900.0)))))
     out = scratch / "cli"
     base = ["--root", str(repo), "perf", "refresh", "--arch", "sm90", "--out", str(out), "--date", "2026-11-30"]
     assert main([*base, "--measurement", f"triton-3.4={first}"]) == ExitCode.GATE_FAILED
