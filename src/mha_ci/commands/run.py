@@ -14,7 +14,6 @@ fails the run (exit 3) only when it was asked for by name with --job.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from mha_ci.commands.plan import add_changed_options
 from mha_ci.errors import ConfigError
 from mha_ci.executors import make_executor
 from mha_ci.executors.devices import available_devices
+from mha_ci.jobs.correctness.job import narrowed
 from mha_ci.jobs.runner import NotRun, run_jobs
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import PlannedJob
@@ -55,9 +55,6 @@ def handle(args) -> int:
     from mha_ci.plan.policy import plan
 
     check_pins_option(args)
-    if args.select:
-        from mha_ci.jobs.correctness.job import SELECT_ENV
-        os.environ[SELECT_ENV] = ",".join(args.select)
     pipeline = load_pipeline(args.root)
     event, note = event_from_args(args)
     if note:
@@ -70,7 +67,8 @@ def handle(args) -> int:
         print(f"mha-ci: {entry.id}: not run: {entry.reason}", file=sys.stderr)
     executor = make_executor(args.executor, args.root, pin_mode=args.pins)
     skipped = [] if args.jobs else list(the_plan.skipped)
-    report = run_jobs(runnable, pipeline, executor, out_dir, not_run=not_run, skipped=skipped)
+    with narrowed(args.select or ()):
+        report = run_jobs(runnable, pipeline, executor, out_dir, not_run=not_run, skipped=skipped)
     print(f"mha-ci: {len(report.results)} job(s) ran, {len(not_run)} not run; "
           f"summary: {out_dir / 'summary.md'}; exit {report.exit_code}", file=sys.stderr)
     return report.exit_code
