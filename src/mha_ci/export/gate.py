@@ -86,16 +86,20 @@ def check_job(job_id: str, artifacts: Path, same_repository: bool = True) -> Job
 
 def _not_a_full_pinned_pass(entry: dict, results: dict) -> str | None:
     """Why a passing entry does not count for a merge (None when it does)."""
-    details = entry.get("details") if isinstance(entry.get("details"), dict) else {}
+    details = _mapping(entry.get("details"))
     message = str(entry.get("message") or "")
     if details.get("selection") or "SELECTION:" in message:
         return "narrowed with --select: a local check of some tests, not a verdict on the change"
-    provenance = results.get("provenance") if isinstance(results.get("provenance"), dict) else {}
+    provenance = _mapping(results.get("provenance"))
     if provenance.get("pin_mode") != "enforce":
         return f"unpinned: the run's pin mode is {provenance.get('pin_mode')!r}, not 'enforce'"
     if details.get("pin_mismatches") or "UNPINNED" in message:
         return "unpinned: the payload ran versions other than the lock's"
     return None
+
+
+def _mapping(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def run_gate(plan_file: Path, artifacts: Path, plan_result: str = "success",
