@@ -26,6 +26,7 @@ from mha_ci.jobs.runner import NotRun, run_jobs
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import PlannedJob
 from mha_ci.model.yaml_source import closest
+from mha_ci.plan.events import label_warnings
 
 EXECUTORS = ("venv", "docker", "host")
 DEVICE_WORDS = {"amd-gpu": "AMD GPU (/dev/kfd)", "nvidia-gpu": "NVIDIA GPU (/dev/nvidia0 or nvidia-smi)"}
@@ -59,6 +60,8 @@ def handle(args) -> int:
     event, note = event_from_args(args)
     if note:
         print(f"mha-ci: {note}", file=sys.stderr)
+    for warning in label_warnings(pipeline.triggers, event.labels):
+        print(f"mha-ci: warning: {warning}", file=sys.stderr)
     the_plan = plan(pipeline, event)
     jobs = select_jobs(pipeline, the_plan, args.jobs)
     runnable, not_run = split_by_device(pipeline, jobs, available_devices(), requested=bool(args.jobs))

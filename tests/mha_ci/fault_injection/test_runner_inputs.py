@@ -4,6 +4,7 @@ verdict reached on less than it claims."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,77 @@ def test_the_run_command_narrows_on_its_option_alone(pipeline_root, tmp_path, mo
         runner.unregister("correctness")
     details = json.loads((tmp_path / "out" / "results.json").read_text())["jobs"][0]["details"]
     assert details.get("selection", {}).get("selected") == narrowed_to
+
+
+@pytest.mark.parametrize("file, old, new, why", [
+    ("jobs.yaml", "\nkinds:", "\ndeep: " + "[" * 20000 + "]" * 20000 + "\nkinds:", "nested more than"),
+    ("jobs.yaml", "\nkinds:", "\ndeep: " + "{a: " * 20000 + "1" + "}" * 20000 + "\nkinds:", "nested more than"),
+    ("archs.yaml", "workers: 8", "workers: " + "9" * 400, "400 digits"),
+    ("archs.yaml", "workers: 8", "workers: 0x" + "f" * 400, "digits"),
+], ids=["flow-lists", "flow-mappings", "giant-int", "giant-hex"])
+def test_yaml_nested_too_deep_or_with_giant_integers_is_a_usage_error(pipeline_root, capsys, file, old, new, why):
+    path = pipeline_root / "pipelines" / file
+    path.write_text(path.read_text().replace(old, new, 1))
+    assert cli(["--root", str(pipeline_root), "validate"]) == 2
+    err = capsys.readouterr().err
+    assert f"{file}:" in err and why in err, err
+
+
+def _plan(root: Path, *args: str) -> int:
+    return cli(["--root", str(root), "plan", "--event", "pull_request", *args])
+
+
+@pytest.fixture(params=["/dev/zero", "/dev/urandom", "fifo"])
+def not_a_regular_file(request, tmp_path) -> Path:
+    if request.param != "fifo":
+        return Path(request.param)
+    fifo = tmp_path / "event.fifo"
+    os.mkfifo(fifo)
+    return fifo
+
+
+@pytest.mark.parametrize("option", ["--github-event", "--changed-files"])
+def test_a_device_or_fifo_as_an_input_file_is_refused(pipeline_root, capsys, not_a_regular_file, option):
+    assert _plan(pipeline_root, option, str(not_a_regular_file)) == 2
+    assert f"{not_a_regular_file}: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--github-event", "--changed-files"])
+def test_an_oversized_input_file_is_refused(pipeline_root, tmp_path, capsys, option):
+    from mha_ci.plan.events import MAX_INPUT_BYTES
+    big = tmp_path / "big"
+    with big.open("wb") as handle:
+        handle.truncate(MAX_INPUT_BYTES + 1)
+    assert _plan(pipeline_root, option, str(big)) == 2
+    assert "more than the" in capsys.readouterr().err
+
+
+def _pull_request(tmp_path: Path, **pull_request) -> Path:
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"action": "labeled", "pull_request": {"base": {"ref": "main"}, **pull_request}}))
+    return event
+
+
+@pytest.mark.parametrize("draft", ["false", 0, [], {"x": 1}])
+def test_a_draft_flag_that_is_not_a_boolean_is_refused(pipeline_root, tmp_path, capsys, draft):
+    assert _plan(pipeline_root, "--github-event", str(_pull_request(tmp_path, draft=draft))) == 2
+    assert "draft" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("label, meant", [("ci：sm90", "ci:sm90"), ("ci;sm90", "ci:sm90"), ("ci sm90", "ci:sm90"),
+                                          ("cl:gfx950", "ci:gfx950")])
+def test_a_near_miss_of_a_ci_label_is_named_with_the_label_meant(pipeline_root, tmp_path, capsys, label, meant):
+    event = _pull_request(tmp_path, labels=[{"name": label}, {"name": "bug"}])
+    changed = tmp_path / "changed.txt"
+    changed.write_text("src/mha/kernels/forward.py\n")
+    assert _plan(pipeline_root, "--github-event", str(event), "--changed-files", str(changed)) == 0
+    err = capsys.readouterr().err
+    assert f"label '{label}'" in err and f"did you mean '{meant}'" in err, err
+    assert "'bug'" not in err
+
+
+def test_an_event_nested_too_deep_is_a_usage_error(pipeline_root, tmp_path, capsys):
+    event = tmp_path / "event.json"
+    event.write_text('{"pull_request": ' + "[" * 100000 + "]" * 100000 + "}")
+    assert _plan(pipeline_root, "--github-event", str(event)) == 2
+    assert "event.json" in capsys.readouterr().err
