@@ -4,17 +4,20 @@ An input path may name a device (/dev/zero never ends), a FIFO (opening it waits
 forever) or a file of gigabytes; `read_capped` refuses all three with a usage error naming the
 file (exit 2) before reading more than its cap. A result written in place and cut short (full disk,
 kill) looks like a complete one to the next reader; `write_atomic` leaves either the old file or
-the whole new one, and a failed write is an environment error (exit 3).
+the whole new one, and a failed write is an environment error (exit 3). Two runs writing into one
+folder interleave their results; `exclusive_folder` lets only one in.
 
 Standard library plus mha_ci.errors only.
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 from mha_ci.errors import ConfigError, EnvironmentProblem
 
@@ -61,3 +64,24 @@ def write_atomic(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def exclusive_folder(folder: Path, option: str) -> Iterator[None]:
+    """Hold `folder` for this process while inside; a folder another process holds is a ConfigError.
+
+    The lock is flock(2) on the folder itself: no lock file to leave behind or clean up, and the
+    kernel drops it when the holder exits, however it exits (kill -9 included)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise ConfigError(f"{option} {folder}: cannot open it: {exc.strerror or exc}", key=option) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"{option} {folder} is in use by another mha-ci run; wait for it to finish or "
+                              f"pass another {option}", key=option) from None
+        yield
+    finally:
+        os.close(fd)

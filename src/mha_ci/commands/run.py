@@ -20,6 +20,7 @@ from pathlib import Path
 from mha_ci.commands.plan import add_changed_options
 from mha_ci.errors import ConfigError
 from mha_ci.executors import make_executor
+from mha_ci.files import exclusive_folder
 from mha_ci.executors.devices import available_devices
 from mha_ci.jobs.correctness.job import narrowed
 from mha_ci.jobs.runner import NotRun, run_jobs
@@ -70,7 +71,8 @@ def handle(args) -> int:
         print(f"mha-ci: {entry.id}: not run: {entry.reason}", file=sys.stderr)
     executor = make_executor(args.executor, args.root, pin_mode=args.pins)
     skipped = [] if args.jobs else list(the_plan.skipped)
-    with narrowed(args.select or ()):
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with exclusive_folder(out_dir, "--out"), narrowed(args.select or ()):
         report = run_jobs(runnable, pipeline, executor, out_dir, not_run=not_run, skipped=skipped)
     print(f"mha-ci: {len(report.results)} job(s) ran, {len(not_run)} not run; "
           f"summary: {out_dir / 'summary.md'}; exit {report.exit_code}", file=sys.stderr)

@@ -3,6 +3,7 @@ usage or environment error with a clear message (exit 2 or 3), never a crash (ex
 verdict reached on less than it claims."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -136,3 +137,61 @@ def test_an_event_nested_too_deep_is_a_usage_error(pipeline_root, tmp_path, caps
     event.write_text('{"pull_request": ' + "[" * 100000 + "]" * 100000 + "}")
     assert _plan(pipeline_root, "--github-event", str(event)) == 2
     assert "event.json" in capsys.readouterr().err
+
+
+def _no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_under_out_is_an_environment_error_not_a_crash(pipeline_root, tmp_path, monkeypatch, capsys):
+    from mha_ci.jobs import runner
+    from mha_ci.jobs.correctness.job import run_job
+    out = tmp_path / "out"
+    runner.register("correctness", lambda job, pipeline, executor, o: run_job(job, pipeline, _CollectOnly(), o))
+    monkeypatch.setattr(Path, "write_text", _no_space)
+    try:
+        code = cli(["--root", str(pipeline_root), "run", "--job", "correctness-interpreter-triton-3.4-1of2",
+                    "--executor", "host", "--out", str(out)])
+    finally:
+        runner.unregister("correctness")
+    assert code == 3
+    assert "No space left on device" in capsys.readouterr().err
+
+
+def test_an_atomic_write_that_fails_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    from mha_ci.errors import EnvironmentProblem
+    from mha_ci.files import write_atomic
+    target = tmp_path / "compare.json"
+    write_atomic(target, '{"complete": true}\n')
+    monkeypatch.setattr(os, "fsync", _no_space)
+    with pytest.raises(EnvironmentProblem, match="No space left on device"):
+        write_atomic(target, '{"complete": false, "and much more": "' + "x" * 100000 + '"}\n')
+    assert json.loads(target.read_text()) == {"complete": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["compare.json"]
+
+
+def test_a_second_run_into_an_out_folder_in_use_is_refused(pipeline_root, tmp_path, capsys):
+    from mha_ci.jobs import runner
+    out = tmp_path / "out"
+    second: list[int | None] = []
+
+    def job_that_starts_a_second_run(job, pipeline, executor, o):
+        if not second:                # the second run's own job (if it gets that far) starts no third
+            second.append(None)
+            second[0] = cli(["--root", str(pipeline_root), "run", "--job", job.id, "--executor", "host",
+                             "--out", str(out)])
+        return run_job_collect_only(job, pipeline, o)
+
+    def run_job_collect_only(job, pipeline, o):
+        from mha_ci.jobs.correctness.job import run_job
+        return run_job(job, pipeline, _CollectOnly(), o)
+
+    runner.register("correctness", job_that_starts_a_second_run)
+    try:
+        cli(["--root", str(pipeline_root), "run", "--job", "correctness-interpreter-triton-3.4-1of2",
+             "--executor", "host", "--out", str(out)])
+    finally:
+        runner.unregister("correctness")
+    assert second == [2]
+    assert "in use by another" in capsys.readouterr().err
+    assert json.loads((out / "results.json").read_text())["status"] == "finished"
