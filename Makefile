@@ -55,11 +55,15 @@ ci: setup
 ci-all: setup
 	$(MHA_CI) run --event pull_request --out $(OUT)/ci --all
 
-# ruff check over src/ and tests/, then mypy over src/mha_ci (both configured in pyproject.toml).
+# ruff check over src/ and tests/, then mypy over src/mha_ci (both configured in pyproject.toml),
+# then the generated workflows: actionlint (syntax, expressions, shell via shellcheck) and zizmor
+# (security: its strictest persona, offline; each accepted finding carries its reason inline).
 # Check only, no autoformat.
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
+	$(BIN)/actionlint -config-file .github/actionlint.yaml .github/workflows/*.yml
+	$(BIN)/zizmor --offline --persona auditor --no-progress --quiet .github/workflows
 
 # Unit tests only (no toolchain environments, no docker): seconds.
 test-fast: $(STAMP)

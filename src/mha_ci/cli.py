@@ -8,6 +8,7 @@ one line naming the exception, and the traceback in a file (mha_ci.crash).
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 import tempfile
@@ -18,6 +19,9 @@ from mha_ci.crash import on_sigterm, report_crash
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError, interruption
 
 COMMANDS = ("validate", "plan", "run", "perf", "checksums", "tune", "export", "containers")
+# The machine's storage failing under a write (full disk, quota, read-only remount, I/O error) is
+# an environment error (exit 3), not a bug in mha-ci.
+STORAGE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
 OUT_IS_A_FILE = ("merge", "combine")      # `perf merge/combine --out FILE`; every other --out is a folder
 
 
@@ -78,5 +82,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mha-ci: interrupted ({name}): no verdict", file=sys.stderr)
             return code
         except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno in STORAGE_ERRORS:
+                where = f" {exc.filename}" if exc.filename else ""
+                print(f"mha-ci: environment error: cannot write{where}: {exc.strerror or exc}; what --out holds "
+                      "is incomplete: no verdict", file=sys.stderr)
+                return int(ExitCode.ENVIRONMENT_ERROR)
             print(f"mha-ci: {report_crash(exc, getattr(args, 'out', None))}", file=sys.stderr)
             return int(ExitCode.INTERNAL_ERROR)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import sys
 from pathlib import Path
 
@@ -28,6 +29,8 @@ def register(sub) -> None:
 
     mx = targets.add_parser("matrix", help="job matrices for $GITHUB_OUTPUT from `mha-ci plan --format json` output")
     mx.add_argument("--plan", type=Path, required=True)
+    mx.add_argument("--group-plan", nargs=2, metavar=("GROUP", "FILE"),
+                    help="also write the plan's jobs of one matrix (cpu or gpu) to FILE: that workflow's gate plan")
     mx.set_defaults(handler=_matrix)
 
     for name in ("ci-guide", "readme"):
@@ -56,7 +59,11 @@ def _github(args) -> int:
 
 def _matrix(args) -> int:
     pipeline = load_pipeline(args.root)
-    sys.stdout.write(matrix.github_output(pipeline, matrix.read_plan(args.plan)))
+    plan = matrix.read_plan(args.plan)
+    sys.stdout.write(matrix.github_output(pipeline, plan))
+    if args.group_plan:
+        group, target = args.group_plan
+        Path(target).write_text(json.dumps(matrix.group_plan(pipeline, plan, group), indent=2) + "\n")
     return ExitCode.OK
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mha_ci.model.loader import load_pipeline
 from mha_ci.model.types import Event
-from mha_ci.plan.events import build_event
+from mha_ci.plan.events import build_event, label_warnings
 from mha_ci.plan.local_changes import local_changes
 from mha_ci.plan.policy import plan
 from mha_ci.plan.render import plan_to_json_text, plan_to_text
@@ -52,6 +52,8 @@ def event_from_args(args) -> tuple[Event, str | None]:
 def _handler(args) -> int:
     pipeline = load_pipeline(args.root)
     event, note = event_from_args(args)
+    for warning in label_warnings(pipeline.triggers, event.labels):
+        print(f"mha-ci: warning: {warning}", file=sys.stderr)
     result = plan(pipeline, event)
     if args.format == "json":
         if note:

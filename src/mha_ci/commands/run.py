@@ -14,18 +14,20 @@ fails the run (exit 3) only when it was asked for by name with --job.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 from mha_ci.commands.plan import add_changed_options
 from mha_ci.errors import ConfigError
 from mha_ci.executors import make_executor
+from mha_ci.files import exclusive_folder
 from mha_ci.executors.devices import available_devices
+from mha_ci.jobs.correctness.job import narrowed
 from mha_ci.jobs.runner import NotRun, run_jobs
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import PlannedJob
 from mha_ci.model.yaml_source import closest
+from mha_ci.plan.events import label_warnings
 
 EXECUTORS = ("venv", "docker", "host")
 DEVICE_WORDS = {"amd-gpu": "AMD GPU (/dev/kfd)", "nvidia-gpu": "NVIDIA GPU (/dev/nvidia0 or nvidia-smi)"}
@@ -55,13 +57,12 @@ def handle(args) -> int:
     from mha_ci.plan.policy import plan
 
     check_pins_option(args)
-    if args.select:
-        from mha_ci.jobs.correctness.job import SELECT_ENV
-        os.environ[SELECT_ENV] = ",".join(args.select)
     pipeline = load_pipeline(args.root)
     event, note = event_from_args(args)
     if note:
         print(f"mha-ci: {note}", file=sys.stderr)
+    for warning in label_warnings(pipeline.triggers, event.labels):
+        print(f"mha-ci: warning: {warning}", file=sys.stderr)
     the_plan = plan(pipeline, event)
     jobs = select_jobs(pipeline, the_plan, args.jobs)
     runnable, not_run = split_by_device(pipeline, jobs, available_devices(), requested=bool(args.jobs))
@@ -70,7 +71,9 @@ def handle(args) -> int:
         print(f"mha-ci: {entry.id}: not run: {entry.reason}", file=sys.stderr)
     executor = make_executor(args.executor, args.root, pin_mode=args.pins)
     skipped = [] if args.jobs else list(the_plan.skipped)
-    report = run_jobs(runnable, pipeline, executor, out_dir, not_run=not_run, skipped=skipped)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with exclusive_folder(out_dir, "--out"), narrowed(args.select or ()):
+        report = run_jobs(runnable, pipeline, executor, out_dir, not_run=not_run, skipped=skipped)
     print(f"mha-ci: {len(report.results)} job(s) ran, {len(not_run)} not run; "
           f"summary: {out_dir / 'summary.md'}; exit {report.exit_code}", file=sys.stderr)
     return report.exit_code

@@ -7,7 +7,13 @@ the plan listed, that
 
   - the artifact `result-<job id>` exists,
   - its `exit-code` (written by the workflow step around `mha-ci run`) is 0,
-  - its `results.json` (mha-ci.results/1) is finished and lists that job with verdict "pass".
+  - its `results.json` (mha-ci.results/1) is finished with exit_code 0 and lists that job exactly
+    once, with verdict "pass",
+  - and that pass is a full, pinned one: a run narrowed with `mha-ci run --select` or run with
+    `--pins record` (UNPINNED) is a local check, never a merge verdict.
+
+A plan without jobs, or one listing a job twice, is red too: a gate that judged nothing (or counted
+one job for two) cannot vouch for the change.
 
 Standard library only: it runs as `python -m mha_ci.export.gate` with src/ on PYTHONPATH, with
 nothing installed. Exit 0 when all pass, 1 otherwise (the contract's "a gate failed").
@@ -57,7 +63,10 @@ def check_job(job_id: str, artifacts: Path, same_repository: bool = True) -> Job
         return JobCheck(job_id, False, f"results.json is not {RESULTS_SCHEMA}")
     if results.get("status") != "finished":
         return JobCheck(job_id, False, f"results.json status is {results.get('status')!r}, not 'finished'")
-    entry = next((j for j in results.get("jobs", ()) if isinstance(j, dict) and j.get("job_id") == job_id), None)
+    entries = [j for j in results.get("jobs", ()) if isinstance(j, dict) and j.get("job_id") == job_id]
+    if len(entries) > 1:
+        return JobCheck(job_id, False, f"results.json lists this job {len(entries)} times")
+    entry = entries[0] if entries else None
     if entry is None:
         not_run = next((n for n in results.get("not_run", ()) if isinstance(n, dict) and n.get("id") == job_id), None)
         why = f"not run: {not_run.get('reason')}" if not_run else "results.json does not list this job"
@@ -67,7 +76,30 @@ def check_job(job_id: str, artifacts: Path, same_repository: bool = True) -> Job
         return JobCheck(job_id, False, f"verdict {verdict}" + (f": {message}" if message else ""))
     if code != "0":
         return JobCheck(job_id, False, f"verdict pass but `mha-ci run` exited {code}")
+    if results.get("exit_code") != 0:
+        return JobCheck(job_id, False, f"verdict pass but results.json exit_code {results.get('exit_code')}")
+    not_full = _not_a_full_pinned_pass(entry, results)
+    if not_full:
+        return JobCheck(job_id, False, not_full)
     return JobCheck(job_id, True, "pass" + (f": {message}" if message else ""))
+
+
+def _not_a_full_pinned_pass(entry: dict, results: dict) -> str | None:
+    """Why a passing entry does not count for a merge (None when it does)."""
+    details = _mapping(entry.get("details"))
+    message = str(entry.get("message") or "")
+    if details.get("selection") or "SELECTION:" in message:
+        return "narrowed with --select: a local check of some tests, not a verdict on the change"
+    provenance = _mapping(results.get("provenance"))
+    if provenance.get("pin_mode") != "enforce":
+        return f"unpinned: the run's pin mode is {provenance.get('pin_mode')!r}, not 'enforce'"
+    if details.get("pin_mismatches") or "UNPINNED" in message:
+        return "unpinned: the payload ran versions other than the lock's"
+    return None
+
+
+def _mapping(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def run_gate(plan_file: Path, artifacts: Path, plan_result: str = "success",
@@ -83,9 +115,14 @@ def run_gate(plan_file: Path, artifacts: Path, plan_result: str = "success",
         return 1, ["## CI gate", "", f"The plan job ended with '{plan_result}': no verdict is possible."]
     try:
         plan = json.loads(Path(plan_file).read_text())
-        job_ids = [entry["id"] for entry in plan["jobs"]]
+        job_ids = [str(entry["id"]) for entry in plan["jobs"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return 1, ["## CI gate", "", f"Cannot read the plan {plan_file}: {exc}"]
+    if not job_ids:
+        return 1, ["## CI gate", "", f"The plan {plan_file} lists no job: a gate that judged nothing is red."]
+    twice = sorted({j for j in job_ids if job_ids.count(j) > 1})
+    if twice:
+        return 1, ["## CI gate", "", f"The plan {plan_file} lists a job twice: {', '.join(twice)}."]
     checks = [check_job(job_id, Path(artifacts), same_repository) for job_id in job_ids]
     failed = [c for c in checks if not c.ok]
     head = f"{len(checks) - len(failed)} of {len(checks)} planned jobs passed"

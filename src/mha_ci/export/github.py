@@ -1,30 +1,41 @@
 """The GitHub Actions workflows, generated from pipelines/ (`mha-ci export github`).
 
-Four workflows; pr.yml and main.yml share one planning pattern:
+Five workflows. Trust model (docs/ci-guide.md, "Trust"): a pull request's own code runs only on
+GitHub-hosted runners; the self-hosted GPU runners run only workflow definitions of the default
+branch, on commits the default branch holds or a maintainer approved.
 
-- pr.yml: pull requests. `plan` asks `mha-ci plan` (labels and changed paths decide), turns the
-  plan into job matrices (export/matrix.py), every planned job runs in its own matrix entry, and
-  `gate` fails unless every planned job left a passing result (export/gate.py).
-- main.yml: pushes to main and manual dispatch: the same pattern; jobs.yaml's `push` and `manual`
-  events say what runs (correctness, checksums and perf on every arch).
-- images.yml: builds and publishes the toolchain images the GPU jobs run in, to the repository's
-  own registry, under the references the plan job gives them (export/images_workflow.py).
+- pr.yml (`pull_request`): every pull request, forks included. `plan` asks `mha-ci plan` (labels
+  and changed paths decide), the CPU jobs run on GitHub-hosted runners (export/matrix.py refuses
+  anything else for `device: none`), and `gate` fails unless every planned CPU job left a passing
+  result (export/gate.py). The planned GPU jobs are only named: this workflow, the pull request's
+  own file, must never reach a GPU runner.
+- pr-gpu.yml (`pull_request_target`, so GitHub takes it from the default branch, never from the
+  pull request): the GPU jobs of a pull request, after a maintainer adds the APPROVAL_LABEL.
+  The plan is made by the default branch's mha-ci and pipelines/ over the pull request's changed
+  paths; the GPU jobs check out exactly the head SHA of the label event; a new push
+  (`synchronize`) removes the label and cancels the run, and every GPU job first asks the API
+  that the head is still that SHA and still labelled. Read-only token, no secrets, no persisted
+  credentials. A `pull_request_target` run is attached to the base branch, not to the pull
+  request's head, so its `gate` posts the verdict as a commit status (GPU_STATUS) on the
+  approved SHA: that is the check branch protection requires.
+- main.yml: pushes to main and manual dispatch: plan, cpu, gpu, gate; jobs.yaml's `push` and
+  `manual` events say what runs. The GPU jobs run only when the ref is the default branch.
+- images.yml: builds the toolchain images (export/images_workflow.py); publishes them only from
+  the default branch.
 - nightly.yml: one refresh job per arch jobs.yaml gives the `refresh` kind; each re-measures its
-  arch and opens a pull request with the new baselines (mha_ci.refresh).
+  arch and opens a pull request with the new baselines (mha_ci.refresh). Default branch only.
 
-Safe by construction (tests/mha_ci/export/test_github.py checks each point on the output):
-- workflow-wide `permissions: contents: read`; only the nightly refresh jobs get contents: write
-  and pull-requests: write, in the job, because they push a branch and open a pull request;
-- `pull_request`, never `pull_request_target` (fork code never runs with the base repo's token);
-- self-hosted runners never run a fork's code: in pr.yml a job whose runners are self-hosted runs
-  only when the pull request's head branch lives in this repository (FORK_POLICY); for a fork the
-  gate names those jobs as withheld, so the check stays red until a maintainer pushes the branch
-  here;
+Safe by construction (tests/mha_ci/export/test_github.py and
+tests/mha_ci/fault_injection/test_workflow_trust.py check each point on the output; zizmor and
+actionlint run in `make lint`):
+- workflow-wide `permissions: contents: read`; a job that needs more says so, with the reason as
+  a comment on the line;
 - no `${{ }}` expression inside any `run:` script: values reach the shell through `env:`, so a
   branch name or label cannot inject shell code;
 - actions pinned to a full commit SHA (a tag can be moved to other code), with the release in
-  a comment; checkout without persisted credentials except where a job pushes;
-- the plan job runs `mha-ci export github --check`, so a hand-edited or stale workflow fails CI.
+  a comment; checkout never persists credentials: the one step that pushes gets the token itself;
+- the plan jobs run `mha-ci export github --check`, so a stale workflow fails CI (a fork can
+  edit that step too: the default branch's workflows are the guard, not this check).
 
 The CPU jobs keep the venv executor's cache (<checkout>/.cache/mha-ci) between runs, in two
 actions/cache entries with their own keys, so a kernel change still reuses the toolchain env:
@@ -34,6 +45,7 @@ actions/cache entries with their own keys, so a kernel change still reuses the t
 - checksums/ (the compile cache; checksums jobs only): keyed by the lock file and src/mha/**,
   restore-keys down to the toolchain, because each entry carries its own full key (sources,
   config, variant, toolchain), so an older cache is safe and its untouched entries still hit.
+pr-gpu.yml uses no cache: a `pull_request_target` run writes the default branch's cache scope.
 The output is deterministic (pipelines/ order, fixed key order), so `--check` can compare text.
 """
 from __future__ import annotations
@@ -43,37 +55,40 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mha_ci.export import yaml_text
-from mha_ci.export.gate import ARTIFACT_PREFIX
-from mha_ci.export.images_workflow import PULL_CREDENTIALS, REGISTRY_FROM_REPOSITORY, images_workflow
+from mha_ci.export.approved_gpu import APPROVAL_LABEL, pr_gpu_workflow
+from mha_ci.export.images_workflow import REGISTRY_FROM_REPOSITORY, images_workflow
+from mha_ci.export.matrix import check_hosted
+from mha_ci.export.steps import (
+    ACTION_RELEASES,
+    HOSTED_RUNNER,
+    ON_DEFAULT_BRANCH,
+    TIMEOUT_PLAN_MIN,
+    DOWNLOAD,
+    UPLOAD,
+    checkout,
+    cpu_job,
+    expr,
+    gate_command,
+    gpu_job,
+    install,
+    setup_python,
+)
+from mha_ci.export.yaml_text import Noted
 from mha_ci.model.pipeline import Pipeline
 
 WORKFLOWS_DIR = Path(".github/workflows")
 ACTIONLINT_CONFIG = Path(".github/actionlint.yaml")
 HEADER = ("# Generated by `mha-ci export github` from pipelines/. Do not edit: change pipelines/ and\n"
           "# regenerate (`mha-ci export github`); CI runs `mha-ci export github --check`.\n")
-
-# Actions by commit SHA; the release each SHA is stays in ACTION_RELEASES (a comment in the output).
-CHECKOUT = "actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8"
-SETUP_PYTHON = "actions/setup-python@e797f83bcb11b83ae66e0230d6156d7c80228e7c"
-UPLOAD = "actions/upload-artifact@b7c566a772e6b6bfb58ed0dc250532a479d7789f"
-DOWNLOAD = "actions/download-artifact@37930b1c2abaa49bbe596cd826c3c89aef350131"
-CACHE = "actions/cache@0057852bfaa89a56745cba8c7296529d2fc39830"
-ACTION_RELEASES = {CHECKOUT: "v5.0.0", SETUP_PYTHON: "v6.0.0", UPLOAD: "v6.0.0", DOWNLOAD: "v7.0.0",
-                   CACHE: "v4.3.0"}
-# In pr.yml, true when the head branch is one of this repository's (not a fork's).
-SAME_REPOSITORY = "github.event.pull_request.head.repo.full_name == github.repository"
-PYTHON_VERSION = "3.11"
-HOSTED_RUNNER = "ubuntu-latest"
 # Nightly at 02:17 UTC: off the hour, when GitHub's scheduler is least crowded, and early enough
 # that the refresh pull requests are there when people start work in Europe and the US.
 NIGHTLY_CRON = "17 2 * * *"
 # Labels GitHub and actionlint know by themselves; the rest of a self-hosted runner's labels are
 # declared in .github/actionlint.yaml.
 BUILTIN_LABELS = frozenset({"self-hosted", "linux", "windows", "macos", "x64", "arm", "arm64"})
-
-TIMEOUT_PLAN_MIN = 15
-TIMEOUT_JOB_MIN = 180
 TIMEOUT_REFRESH_MIN = 360
+SCHEDULED_GPU_NOTE = ("zizmor: ignore[self-hosted-runner] default branch only (job condition and the runner "
+                      "group's workflow allow-list), no pull request's code (docs/ci-guide.md, Trust)")
 
 
 @dataclass(frozen=True)
@@ -82,166 +97,86 @@ class GeneratedFile:
     text: str
 
 
-# -- steps -----------------------------------------------------------------------------------
+# -- pr.yml and main.yml ---------------------------------------------------------------------
 
-def _checkout(fetch_depth: int | None = None, persist: bool = False) -> dict:
-    options: dict = {}
-    if fetch_depth is not None:
-        options["fetch-depth"] = fetch_depth
-    options["persist-credentials"] = persist
-    return {"name": "Check out", "uses": CHECKOUT, "with": options}
-
-
-def _setup_python(step_id: str | None = None) -> dict:
-    named = {"name": "Set up Python", "id": step_id} if step_id else {"name": "Set up Python"}
-    return {**named, "uses": SETUP_PYTHON, "with": {"python-version": PYTHON_VERSION}}
-
-
-def _cache_steps() -> list[dict]:
-    """The CPU job's toolchain envs and compile cache (see the module docstring for the keys)."""
-    def expr(text: str) -> str:
-        return "${{ " + text + " }}"
-
-    lock = expr("hashFiles(format('containers/{0}/requirements.lock', matrix.toolchain))")
-    toolchain = f"{expr('runner.os')}-{expr('matrix.toolchain')}"
-    venvs = f"mha-ci-venvs-{toolchain}-py{expr('steps.python.outputs.python-version')}-{lock}"
-    compile_prefix = f"mha-ci-compile-{toolchain}-"
-    compile_lock = f"{compile_prefix}{lock}-"
-    return [
-        {"name": "Toolchain environment cache", "uses": CACHE,
-         "with": {"path": ".cache/mha-ci/venvs", "key": venvs}},
-        {"name": "Compile cache", "if": "matrix.kind == 'checksums'", "uses": CACHE,
-         "with": {"path": ".cache/mha-ci/checksums", "key": compile_lock + expr("hashFiles('src/mha/**')"),
-                  "restore-keys": f"{compile_lock}\n{compile_prefix}\n"}},
-    ]
-
-
-def _install(no_deps: bool = False) -> dict:
-    cmd = "python -m pip install --no-deps -e ." if no_deps else "python -m pip install -e ."
-    return {"name": "Install mha-ci", "run": cmd}
-
-
-def _plan_steps(plan_command: str, env: dict, changed_files_step: dict | None) -> list[dict]:
-    steps = [_checkout(fetch_depth=0), _setup_python(), _install(),
-             {"name": "Generated workflows are current", "run": "mha-ci export github --check"}]
-    if changed_files_step:
-        steps.append(changed_files_step)
-    steps += [
-        {"name": "Plan", **({"env": env} if env else {}), "run": plan_command + "\ncat plan.json\n"},
-        # the GPU entries name images of this repository's registry (export/images_workflow.py)
-        {"name": "Job matrices", "id": "matrix",
-         "run": REGISTRY_FROM_REPOSITORY + 'mha-ci export matrix --plan plan.json >> "$GITHUB_OUTPUT"\n'},
-        {"name": "Keep the plan", "uses": UPLOAD, "with": {"name": "plan", "path": "plan.json"}},
-    ]
-    return steps
-
-
-def _run_script(executor: str, runner: str) -> str:
-    # The exit code is kept in out/exit-code so the gate can tell "failed" from "never ran";
-    # `set +e` so a failing run still records it, then the step fails with the same code.
-    return ("set +e\n"
-            "mkdir -p out\n"
-            f'{runner} run --job "$JOB_ID" --executor {executor} --out out\n'
-            "code=$?\n"
-            'echo "$code" > out/exit-code\n'
-            'exit "$code"\n')
-
-
-def _job_steps(executor: str, in_container: bool) -> list[dict]:
-    steps = [_checkout()]
-    if not in_container:
-        steps += [_setup_python(step_id="python"), *_cache_steps()]
-    steps += [
-        # Inside a toolchain image torch and triton are the pinned ones: install only mha-ci itself.
-        _install(no_deps=in_container),
-        {"name": "Run", "env": {"JOB_ID": "${{ matrix.id }}"}, "run": _run_script(executor, "mha-ci")},
-        {"name": "Summary", "if": "always()",
-         "run": 'if [ -f out/summary.md ]; then cat out/summary.md >> "$GITHUB_STEP_SUMMARY"; fi\n'},
-        {"name": "Upload results", "if": "always()", "uses": UPLOAD,
-         "with": {"name": ARTIFACT_PREFIX + "${{ matrix.id }}", "path": "out/", "if-no-files-found": "error"}},
-    ]
-    return steps
-
-
-def _matrix_job(group: str, trusted_only: bool = False) -> dict:
-    condition = f"needs.plan.outputs.{group}_count != '0'"
-    job: dict = {
-        "name": "${{ matrix.id }}",
-        "needs": "plan",
-        "if": f"{condition} && {SAME_REPOSITORY}" if trusted_only else condition,
-        "runs-on": "${{ fromJSON(matrix.runs_on) }}",
-        "timeout-minutes": TIMEOUT_JOB_MIN,
-        "strategy": {"fail-fast": False, "matrix": f"${{{{ fromJSON(needs.plan.outputs.{group}) }}}}"},
-    }
-    if group == "gpu":
-        job["container"] = {"image": "${{ matrix.image }}", "options": "${{ matrix.container_options }}",
-                            "credentials": PULL_CREDENTIALS}
-        job["permissions"] = {"contents": "read", "packages": "read"}   # pull from ghcr.io
-        job["steps"] = _job_steps(executor="host", in_container=True)
-    else:
-        job["steps"] = _job_steps(executor="venv", in_container=False)
-    return job
-
-
-def _gate_job(fork_check: bool = False) -> dict:
-    env = {"PLAN_RESULT": "${{ needs.plan.result }}", "PYTHONPATH": "src"}
-    command = ('python -m mha_ci.export.gate --plan artifacts/plan/plan.json --artifacts artifacts '
-               '--plan-result "$PLAN_RESULT" --summary "$GITHUB_STEP_SUMMARY"')
-    if fork_check:
-        env["SAME_REPOSITORY"] = f"${{{{ {SAME_REPOSITORY} }}}}"
-        command += ' --same-repository "$SAME_REPOSITORY"'
-    return {
-        "name": "gate",
-        "needs": ["plan", "cpu", "gpu"],
-        "if": "always()",
-        "runs-on": HOSTED_RUNNER,
-        "timeout-minutes": TIMEOUT_PLAN_MIN,
-        "steps": [
-            _checkout(),
-            _setup_python(),
-            {"name": "Download results", "uses": DOWNLOAD, "with": {"path": "artifacts"}},
-            {"name": "Every planned job passed", "env": env, "run": command + "\n"},
-        ],
-    }
-
-
-def _plan_job(steps: list[dict], condition: str | None) -> dict:
-    job: dict = {"if": condition} if condition else {}
+def plan_job(steps: list[dict], outputs: tuple[str, ...], condition: str | None = None,
+             permissions: dict | None = None) -> dict:
+    job: dict = {"name": "plan"}
+    if condition:
+        job["if"] = condition
     job.update({"runs-on": HOSTED_RUNNER, "timeout-minutes": TIMEOUT_PLAN_MIN})
-    job["outputs"] = {name: f"${{{{ steps.matrix.outputs.{name} }}}}"
-                      for name in ("cpu", "cpu_count", "gpu", "gpu_count")}
+    if permissions:
+        job["permissions"] = permissions
+    job["outputs"] = {name: expr(f"steps.matrix.outputs.{name}") for name in outputs}
     job["steps"] = steps
     return job
 
 
-# -- workflows -------------------------------------------------------------------------------
+def _plan_steps(plan_command: str, env: dict, changed_files_step: dict | None, group: str | None) -> list[dict]:
+    """Check out, plan, job matrices; `group`: the gate of this workflow checks that matrix only."""
+    steps = [checkout(fetch_depth=0), setup_python(), install(),
+             {"name": "Generated workflows are current", "run": "mha-ci export github --check"}]
+    if changed_files_step:
+        steps.append(changed_files_step)
+    matrices = 'mha-ci export matrix --plan plan.json'
+    if group:
+        matrices += f" --group-plan {group} gate/plan.json"
+    steps += [
+        {"name": "Plan", **({"env": env} if env else {}), "run": plan_command + "\ncat plan.json\n"},
+        # the GPU entries name images of this repository's registry (export/images_workflow.py)
+        {"name": "Job matrices", "id": "matrix",
+         "run": REGISTRY_FROM_REPOSITORY + ("mkdir -p gate\n" if group else "") + matrices + ' >> "$GITHUB_OUTPUT"\n'},
+        {"name": "Keep the plan", "uses": UPLOAD,
+         "with": {"name": "plan", "path": "gate/plan.json" if group else "plan.json"}},
+    ]
+    return steps
 
-def self_hosted(pipeline: Pipeline, group: str) -> bool:
-    """Whether a job of matrix `group` ("cpu" or "gpu") may land on a self-hosted runner."""
-    return any("self-hosted" in arch.runner_labels for arch in pipeline.archs.values()
-               if (arch.device == "none") == (group == "cpu"))
+
+def gate_job(needs: list[str]) -> dict:
+    return {
+        "name": "gate",
+        "needs": needs,
+        "if": "always()",
+        "runs-on": HOSTED_RUNNER,
+        "timeout-minutes": TIMEOUT_PLAN_MIN,
+        "steps": [
+            checkout(),
+            setup_python(),
+            {"name": "Download results", "uses": DOWNLOAD, "with": {"path": "artifacts"}},
+            {"name": "Every planned job passed", "env": {"PLAN_RESULT": expr("needs.plan.result"), "PYTHONPATH": "src"},
+             "run": gate_command() + "\n"},
+        ],
+    }
 
 
 def pr_workflow(pipeline: Pipeline) -> dict:
+    """The pull request's own workflow: whatever it says, a fork can edit, so it holds no GPU job."""
     # Every label event re-plans, CI label or not: it lands in the same concurrency group and
     # cancels the run in progress, so a replacement that planned nothing would leave the gate green.
     condition = "github.event.pull_request.draft == false"
     # NUL-separated, unquoted: `--name-only` alone quotes non-ASCII paths ("caf\303\251.md").
-    changed = {"name": "Changed files", "env": {"BASE_SHA": "${{ github.event.pull_request.base.sha }}"},
+    changed = {"name": "Changed files", "env": {"BASE_SHA": expr("github.event.pull_request.base.sha")},
                "run": ('git diff --name-only -z "$BASE_SHA"...HEAD > changed.txt\n'
                        "tr '\\0' '\\n' < changed.txt\n")}
     plan_cmd = ('mha-ci plan --github-event "$GITHUB_EVENT_PATH" --event pull_request '
                 '--changed-files changed.txt --format json > plan.json')
+    steps = _plan_steps(plan_cmd, {}, changed, group="cpu")
+    steps.insert(-1, {
+        "name": "GPU jobs wait for approval",
+        "env": {"GPU_COUNT": expr("steps.matrix.outputs.gpu_count")},
+        "run": ('if [ "$GPU_COUNT" != "0" ]; then\n'
+                f'  echo "$GPU_COUNT GPU jobs planned: they run in pr-gpu.yml once a maintainer labels the head commit '
+                f'{APPROVAL_LABEL} (docs/ci-guide.md, Trust)" | tee -a "$GITHUB_STEP_SUMMARY"\n'
+                "fi\n")})
     return {
         "name": "pull request",
         "on": {"pull_request": {"types": ["opened", "synchronize", "reopened", "ready_for_review", "labeled"]}},
         "permissions": {"contents": "read"},
         "concurrency": {"group": "pr-${{ github.event.pull_request.number }}", "cancel-in-progress": True},
         "jobs": {
-            "plan": _plan_job(_plan_steps(plan_cmd, {}, changed), condition),
-            "cpu": _matrix_job("cpu", trusted_only=self_hosted(pipeline, "cpu")),
-            "gpu": _matrix_job("gpu", trusted_only=self_hosted(pipeline, "gpu")),
-            "gate": _gate_job(fork_check=True),
+            "plan": plan_job(steps, ("cpu", "cpu_count", "gpu_count"), condition),
+            "cpu": cpu_job(),
+            "gate": gate_job(["plan", "cpu"]),
         },
     }
 
@@ -264,13 +199,17 @@ def main_workflow(pipeline: Pipeline) -> dict:
         # Every commit on main keeps its own run (a regression is pinned to one commit).
         "concurrency": {"group": "main-${{ github.sha }}", "cancel-in-progress": False},
         "jobs": {
-            "plan": _plan_job(_plan_steps(plan_cmd, env, None), None),
-            "cpu": _matrix_job("cpu"),
-            "gpu": _matrix_job("gpu"),
-            "gate": _gate_job(),
+            "plan": plan_job(_plan_steps(plan_cmd, env, None, group=None), ("cpu", "cpu_count", "gpu", "gpu_count")),
+            "cpu": cpu_job(),
+            # A dispatch on another branch runs that branch's copy of this file: no GPU for it
+            # (the gate then names the GPU jobs as missing).
+            "gpu": gpu_job(ON_DEFAULT_BRANCH),
+            "gate": gate_job(["plan", "cpu", "gpu"]),
         },
     }
 
+
+# -- nightly.yml -----------------------------------------------------------------------------
 
 def _refresh_job(pipeline: Pipeline, arch_name: str) -> dict:
     arch = pipeline.archs[arch_name]
@@ -280,18 +219,23 @@ def _refresh_job(pipeline: Pipeline, arch_name: str) -> dict:
                'if [ -f out/pr-body.md ]; then cat out/pr-body.md >> "$GITHUB_STEP_SUMMARY"; fi\n'
                'exit "$code"\n')
     # The branch was committed in a throw-away worktree (mha_ci.refresh); push it and open the PR.
+    # The checkout kept no token: this step alone gets it, through gh as git's credential helper
+    # for this one command (nothing written to a git config a later step or job could read).
     open_pr = ("branch=\"$(python -c 'import json; print(json.load(open(\"out/refresh.json\"))[\"branch\"] or \"\")')\"\n"
                'if [ -z "$branch" ]; then echo "baselines unchanged: no pull request"; exit 0; fi\n'
-               'git push origin "refs/heads/$branch:refs/heads/$branch"\n'
+               'git -c credential.helper= -c "credential.helper=!gh auth git-credential" '
+               'push origin "refs/heads/$branch:refs/heads/$branch"\n'
                'gh pr create --base "$BASE_BRANCH" --head "$branch" --title "$(cat out/pr-title.txt)" --body-file out/pr-body.md\n')
     return {
         "name": f"refresh {arch_name}",
-        "runs-on": list(arch.runner_labels),
+        "if": ON_DEFAULT_BRANCH,
+        Noted("runs-on", SCHEDULED_GPU_NOTE): list(arch.runner_labels),
         "timeout-minutes": TIMEOUT_REFRESH_MIN,
-        "permissions": {"contents": "write", "pull-requests": "write"},
+        "permissions": {"contents": Noted("write", "pushes the refresh branch (that step alone gets the token)"),
+                        "pull-requests": Noted("write", "opens the refresh pull request")},
         "steps": [
-            _checkout(fetch_depth=0, persist=True),
-            _setup_python(),
+            checkout(fetch_depth=0),
+            setup_python(),
             {"name": "Install mha-ci", "run": "python -m pip install -e '.[docker]'"},
             {"name": "Refresh baselines", "env": {"ARCH": arch_name}, "run": refresh},
             {"name": "Open pull request",
@@ -315,11 +259,12 @@ def _golden_job(pipeline: Pipeline, arch_name: str, golden: str, top: str) -> di
                'if [ "$code" -gt 1 ]; then exit "$code"; fi\n')
     return {
         "name": f"golden vs top of tree {arch_name}",
-        "runs-on": list(arch.runner_labels),
+        "if": ON_DEFAULT_BRANCH,
+        Noted("runs-on", SCHEDULED_GPU_NOTE): list(arch.runner_labels),
         "timeout-minutes": TIMEOUT_REFRESH_MIN,
         "steps": [
-            _checkout(),
-            _setup_python(),
+            checkout(),
+            setup_python(),
             {"name": "Install mha-ci", "run": "python -m pip install -e '.[docker]'"},
             {"name": f"Measure {golden} and {top} interleaved",
              "env": {"ARCH": arch_name, "GOLDEN": golden, "TOP": top}, "run": measure},
@@ -353,13 +298,16 @@ def actionlint_config(pipeline: Pipeline) -> dict:
 
 
 def generate(pipeline: Pipeline) -> list[GeneratedFile]:
-    """Every file `mha-ci export github` owns, in a fixed order."""
+    """Every file `mha-ci export github` owns, in a fixed order. Refuses (exit 2) a pipeline whose
+    CPU jobs would leave GitHub-hosted runners (export/matrix.py)."""
+    check_hosted(pipeline)
     return [
         GeneratedFile(WORKFLOWS_DIR / "pr.yml", _workflow_text(pr_workflow(pipeline))),
+        GeneratedFile(WORKFLOWS_DIR / "pr-gpu.yml", _workflow_text(pr_gpu_workflow())),
         GeneratedFile(WORKFLOWS_DIR / "main.yml", _workflow_text(main_workflow(pipeline))),
         GeneratedFile(WORKFLOWS_DIR / "nightly.yml", _workflow_text(nightly_workflow(pipeline))),
         GeneratedFile(WORKFLOWS_DIR / "images.yml",
-                      _workflow_text(images_workflow(pipeline, _checkout(), _setup_python()))),
+                      _workflow_text(images_workflow(pipeline))),
         GeneratedFile(ACTIONLINT_CONFIG, yaml_text.dump(actionlint_config(pipeline), HEADER)),
     ]
 

@@ -10,10 +10,18 @@ switched off per matrix entry:
     gpu: {"include": [{"id", "kind", "arch", "toolchain", "runs_on", "image", "container_options"}]}
 
 `runs_on` is a JSON string of the arch's runner labels (`runs-on: ${{ fromJSON(matrix.runs_on) }}`).
+
+A `cpu` job (an arch with `device: none`) runs pull-request code in pr.yml, so its runner must be
+one GitHub-hosted image label (ubuntu-latest, ubuntu-24.04, ...): the export refuses anything
+else (`self-hosted`, or a custom label a self-hosted machine could answer to). This refusal is a
+guard against mistakes, not against a fork: a pull_request run executes the pull request's own
+copy of this file and of pr.yml. What keeps fork code off the self-hosted runners is the runner
+group setting that admits only the default branch's workflows (docs/ci-guide.md, trust).
 """
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from mha_ci.containers.images import spec_for
@@ -43,12 +51,38 @@ def image_reference(toolchain: Toolchain, arch: Arch) -> str:
     return spec.reference()
 
 
+# GitHub's hosted images, e.g. ubuntu-latest, ubuntu-24.04-arm, windows-2025, macos-15-xlarge.
+HOSTED_IMAGE = re.compile(r"(ubuntu|windows|macos)-(latest|slim|\d+(\.\d+)?)(-arm|-intel|-large|-xlarge)?")
+ARCHS_FILE = "pipelines/archs.yaml"
+
+
+def check_hosted(pipeline: Pipeline) -> None:
+    """Refuse (exit 2) an arch with `device: none` whose runner is not one GitHub-hosted image."""
+    for arch in pipeline.archs.values():
+        labels = list(arch.runner_labels)
+        if arch.device != "none" or (len(labels) == 1 and HOSTED_IMAGE.fullmatch(labels[0])):
+            continue
+        why = ("'self-hosted' is a self-hosted runner" if any(label.casefold() == "self-hosted" for label in labels)
+               else "a job runs where all its labels match, and only one GitHub-hosted image label is sure "
+                    "to be GitHub's machine")
+        raise ConfigError(f"arch {arch.name} has device: none: its jobs run pull-request code and must run "
+                          f"on one GitHub-hosted runner label (e.g. ubuntu-latest), not {labels}: {why}",
+                          file=ARCHS_FILE, key=f"archs.{arch.name}.runner_labels")
+
+
 def runs_on(arch: Arch) -> str:
     return json.dumps(list(arch.runner_labels), separators=(",", ":"))
 
 
+def group_of(arch: Arch) -> str:
+    """The matrix a job of `arch` goes to: cpu (GitHub-hosted, venv executor) or gpu (self-hosted,
+    in its toolchain image)."""
+    return "cpu" if arch.device == "none" else "gpu"
+
+
 def matrices(pipeline: Pipeline, plan: dict) -> dict[str, dict]:
     """{"cpu": matrix, "gpu": matrix} for the planned jobs, in plan order."""
+    check_hosted(pipeline)
     cpu, gpu = [], []
     for index, entry in enumerate(plan.get("jobs", ())):
         try:
@@ -61,7 +95,7 @@ def matrices(pipeline: Pipeline, plan: dict) -> dict[str, dict]:
             raise ConfigError(f"plan job {job_id} names arch '{arch_name}' / toolchain '{toolchain_name}' "
                               "that pipelines/ does not define")
         item = {"id": job_id, "kind": kind, "arch": arch_name, "toolchain": toolchain_name, "runs_on": runs_on(arch)}
-        if arch.device == "none":
+        if group_of(arch) == "cpu":
             cpu.append(item)
         else:
             gpu.append({**item, "image": image_reference(toolchain, arch),
@@ -77,6 +111,16 @@ def github_output(pipeline: Pipeline, plan: dict) -> str:
         lines.append(f"{name}={json.dumps(found[name], separators=(',', ':'), sort_keys=True)}")
         lines.append(f"{name}_count={len(found[name]['include'])}")
     return "\n".join(lines) + "\n"
+
+
+def group_plan(pipeline: Pipeline, plan: dict, group: str) -> dict:
+    """The plan with only the jobs of matrix `group`: what one workflow's gate checks (pr.yml runs
+    the cpu group; the approved GPU run of pr-gpu.yml the gpu group)."""
+    if group not in ("cpu", "gpu"):
+        raise ConfigError(f"unknown matrix group '{group}': cpu or gpu")
+    matrices(pipeline, plan)     # the same refusals as the matrices themselves
+    kept = [entry for entry in plan["jobs"] if group_of(pipeline.archs[entry["arch"]]) == group]
+    return {**plan, "jobs": kept}
 
 
 def read_plan(path: Path) -> dict:

@@ -14,12 +14,44 @@ import pydantic
 import yaml
 
 from mha_ci.errors import ConfigError
+from mha_ci.files import read_capped
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
 
+# No pipelines file nests deeper than a handful of levels. PyYAML composes and constructs nodes
+# recursively, so a document nested thousands deep ends in RecursionError; it is refused at this
+# depth instead, naming the line.
+MAX_YAML_DEPTH = 64
+# No setting needs more than a 64-bit integer; a number of hundreds of digits is a mistake or an
+# attack (Python's int-from-text conversion is quadratic in the digits).
+MAX_INT_DIGITS = 19
+
+
 class _LineLoader(yaml.SafeLoader):
-    """SafeLoader that records the line of every mapping key and rejects duplicate keys."""
+    """SafeLoader that records the line of every mapping key, rejects duplicate keys, and refuses
+    documents nested deeper than MAX_YAML_DEPTH or integers of more than MAX_INT_DIGITS digits."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"nested more than {MAX_YAML_DEPTH} levels deep", file=self.name,
+                                  line=mark.line + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_yaml_int(self, node):
+        digits = sum(c.isalnum() for c in str(node.value).lower().removeprefix("-").removeprefix("+")
+                     .removeprefix("0x").removeprefix("0o").removeprefix("0b"))
+        if digits > MAX_INT_DIGITS:
+            raise ConfigError(f"an integer of {digits} digits; settings take at most {MAX_INT_DIGITS}",
+                              file=self.name, line=node.start_mark.line + 1)
+        return super().construct_yaml_int(node)
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -56,6 +88,7 @@ def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode, deep: bool
 
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+_LineLoader.add_constructor("tag:yaml.org,2002:int", _LineLoader.construct_yaml_int)
 
 
 # The largest pipelines file is a few KiB; a parse of megabytes takes minutes and gigabytes of
@@ -63,16 +96,10 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _co
 MAX_YAML_BYTES = 1 << 20
 
 
-def read_text_file(path: Path, what: str, max_bytes: int | None = None) -> str:
-    """The UTF-8 text of `path`; unreadable, oversized or non-UTF-8 files are a ConfigError naming it."""
-    path = Path(path)
-    try:
-        if max_bytes is not None and path.stat().st_size > max_bytes:
-            raise ConfigError(f"{what} is {path.stat().st_size} bytes, more than the {max_bytes} allowed",
-                              file=str(path))
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what}: {exc.strerror or exc}", file=str(path)) from None
+def read_text_file(path: Path, what: str, max_bytes: int) -> str:
+    """The UTF-8 text of the regular file `path`; unreadable, special (device, FIFO), oversized or
+    non-UTF-8 files are a ConfigError naming it."""
+    data = read_capped(path, what, max_bytes)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -7,18 +7,25 @@ Per shape (both sides' `trimmed_mean_us`):
   improvement   delta_pct < -threshold_pct
   ok            otherwise
   invalid       the gate cannot judge: missing on one side, failed on one side, either side's
-                noise above invalid_noise_pct, or the two measurements are not comparable
+                noise (the one the threshold uses) above invalid_noise_pct, or the two
+                measurements are not comparable
                 (mha_ci.perf.comparable: different GPU, arch, kernel, or Triton release
                 without --cross-toolchain; torch, driver and unpinned sides are noted, not refused).
 An invalid shape whose measurement is broken - a shape the candidate should have measured and
-did not, a failed run, a time or noise that is not a finite number, a time that is not positive,
-on either side - fails the gate whatever the policy says: a gate that cannot see a shape must not
-report it as passing. Only a shape new to the candidate (no baseline yet) and a noisy measurement
-are invalid without failing (the latter unless `fail_on_invalid`).
+did not, a failed run, a trimmed mean, median, max or noise that is not a finite number, a time
+that is not positive, on either side - fails the gate whatever the policy says: a gate that cannot
+see a shape must not report it as passing. A candidate without `selection` is a full measurement:
+every baseline shape it lacks is broken. Only a shape new to the candidate (no baseline yet) and a
+noisy measurement are invalid without failing (unless `fail_on_invalid`), and only while they are
+few: a verdict needs at least one judged shape (improvement, ok or regression), and more than
+`max_invalid_pct` % of the compared shapes invalid fails the gate, since a gate blind to that many
+cannot hold its planted-slowdown catch rate (pipelines/perf.yaml).
 The two noises are combined in quadrature because the delta is a difference of two independent
 estimates. A document made from several runs (mha_ci.perf.combine: a baseline, or a candidate
 measured with --repeat) also knows how far a shape moves between runs; its noise is the larger
-of the within-run and the between-run figure. Stalls (mha_ci.perf.stats) ride along per shape and do not change the status; they
+of the within-run and the between-run figure, for the threshold and the invalid limit alike (a
+limit on the within-run figure alone let a between-run noise of 30 % widen the threshold to hide
++50 %). Stalls (mha_ci.perf.stats) ride along per shape and do not change the status; they
 fail the gate only with `fail_on_stall`.
 
 Each verdict names its pass (fwd or bwd, from the key) and whether both sides ran the same code
@@ -48,6 +55,7 @@ class GatePolicy:
     stall_min_excess_us: float = 50.0
     fail_on_stall: bool = False
     fail_on_invalid: bool = False
+    max_invalid_pct: float = 5.0
 
     def threshold_pct(self, noise_base: float, noise_cand: float) -> float:
         return max(self.floor_pct, self.k * math.hypot(noise_base, noise_cand))
@@ -124,6 +132,11 @@ class Comparison:
         return [v for v in self.shapes if v.broken]
 
     @property
+    def judged(self) -> int:
+        """Shapes with a verdict (improvement, ok or regression)."""
+        return len(self.shapes) - self.summary["invalid"]
+
+    @property
     def gate_failed(self) -> bool:
         return bool(self.failures)
 
@@ -133,6 +146,13 @@ class Comparison:
         summary, out = self.summary, []
         if self.refused:
             out.append(f"refused: {self.refused}")
+        elif not self.judged:
+            out.append(f"no shape was judged ({summary['invalid']} invalid of {len(self.shapes)}): "
+                       f"a verdict needs at least one improvement, ok or regression")
+        elif 100.0 * summary["invalid"] > self.policy.max_invalid_pct * len(self.shapes):
+            out.append(f"{summary['invalid']} of {len(self.shapes)} shapes invalid "
+                       f"({100.0 * summary['invalid'] / len(self.shapes):.1f} %), more than "
+                       f"gate.max_invalid_pct {self.policy.max_invalid_pct:g} %")
         if summary["regression"]:
             out.append(f"{summary['regression']} regression(s)")
         out += [f"broken measurement: {v.key}: {v.reason}" for v in self.broken]
@@ -176,7 +196,10 @@ def compare(baseline: dict, candidate: dict, policy: GatePolicy, cross_toolchain
     base = {e["key"]: e for e in baseline["results"]}
     cand = {e["key"]: e for e in candidate["results"]}
     # A pull-request measurement covers a subset: baseline shapes outside it are not "missing".
-    selection = candidate.get("selection") or {}
+    # Without a selection nothing says it is a subset, so every baseline shape is expected.
+    selection = candidate.get("selection")
+    if selection is None:
+        selection = {"subset": "full"}
     candidate_is_full = selection.get("subset") == "full" and not selection.get("chunk")
     keys = sorted(set(cand) | (set(base) if candidate_is_full else set()))
     not_measured = 0 if candidate_is_full else len(set(base) - set(cand))
@@ -280,18 +303,25 @@ def _invalid_reason(b, c, bs, cs, policy: GatePolicy, refused: str | None) -> tu
         return "no baseline for this shape", False
     if c is None:
         return "not measured in the candidate", True
+    noises = []
     for side, entry, stats in (("baseline", b, bs), ("candidate", c, cs)):
         if not isinstance(stats, dict):
             return f"{side} failed: {entry.get('error')}", True
-        stored = stats.get("trimmed_mean_us")      # the messages show it as stored, not as a float
-        time = finite(stored)
-        if time is None:
-            return f"{side} time is not a number: {stored!r}", True
-        if time <= 0:
-            return f"{side} time is not positive: {stored!r}", True
-        if _noise(stats) is None:
+        # The median and the max are what stalls are read from: a broken one hides a stall.
+        for name, label in (("trimmed_mean_us", "time"), ("median_us", "median_us"), ("max_us", "max_us")):
+            stored = stats.get(name)      # the messages show it as stored, not as a float
+            time = finite(stored)
+            if time is None:
+                return f"{side} {label} is not a number: {stored!r}", True
+            if time <= 0:
+                return f"{side} {label} is not positive: {stored!r}", True
+        noise = _noise(stats)
+        if noise is None:
             return f"{side} noise is not a number: {stats.get('noise_pct')!r}", True
-    for side, stats in (("baseline", bs), ("candidate", cs)):
-        if stats["noise_pct"] > policy.invalid_noise_pct:
-            return f"too noisy: {side} noise {stats['noise_pct']:.1f} % > {policy.invalid_noise_pct:.1f} %", False
+        noises.append((side, noise, noise > stats["noise_pct"]))
+    for side, noise, between_runs in noises:
+        if noise > policy.invalid_noise_pct:
+            between = " (between runs)" if between_runs else ""
+            return (f"too noisy: {side} noise {noise:.1f} %{between} > {policy.invalid_noise_pct:.1f} %",
+                    False)
     return "", False

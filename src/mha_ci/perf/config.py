@@ -38,6 +38,8 @@ class GateSpec(_Strict):
     stall_min_excess_us: float = Field(ge=0, default=0.0)
     fail_on_stall: bool = False
     fail_on_invalid: bool = False
+    # A percentage of the compared shapes; at 100 the share could never fail the gate.
+    max_invalid_pct: float = Field(ge=0, lt=100)
 
 
 class RefreshSpec(_Strict):
@@ -191,7 +193,8 @@ def gate_policy(spec: PerfFile) -> GatePolicy:
     g = spec.gate
     return GatePolicy(floor_pct=g.floor_pct, k=g.k, invalid_noise_pct=g.invalid_noise_pct,
                       stall_factor=g.stall_factor, stall_min_excess_us=g.stall_min_excess_us,
-                      fail_on_stall=g.fail_on_stall, fail_on_invalid=g.fail_on_invalid)
+                      fail_on_stall=g.fail_on_stall, fail_on_invalid=g.fail_on_invalid,
+                      max_invalid_pct=g.max_invalid_pct)
 
 
 def against_policy(spec: PerfFile) -> GatePolicy:

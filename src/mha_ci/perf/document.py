@@ -18,13 +18,16 @@ failure is visible to the gate rather than a silently shorter list.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import TypeGuard
 
 from mha_ci.errors import ConfigError
 
 SCHEMA = "mha-ci.perf/1"
 SHAPES_SCHEMA = "mha-ci.perf-shapes/1"
 DISPATCHES_SCHEMA = "mha-ci.perf-dispatches/1"
+SUBSETS = ("pr", "full", "custom")
 STATS_KEYS = ("trimmed_mean_us", "median_us", "max_us", "noise_pct", "reps", "dispatches")
 
 
@@ -32,7 +35,7 @@ def load_perf(path: Path) -> dict:
     """A checked mha-ci.perf/1 document; a wrong file is a usage error (exit 2) naming it."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(path.read_text(), parse_int=_float_sized_int)
     except FileNotFoundError:
         raise ConfigError("perf result not found", file=str(path)) from None
     except OSError as exc:      # a folder, no permission
@@ -41,14 +44,37 @@ def load_perf(path: Path) -> dict:
         raise ConfigError(f"perf result is not UTF-8 text (byte {exc.start})", file=str(path)) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"not JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+    except _OutOfRange as exc:
+        raise ConfigError(str(exc), file=str(path)) from None
+    except RecursionError:
+        raise ConfigError("perf result is nested too deep to be a perf document", file=str(path)) from None
     problem = check_perf(doc)
     if problem:
         raise ConfigError(problem, file=str(path))
     return doc
 
 
+class _OutOfRange(ValueError):
+    pass
+
+
+# Every number of a perf document is used as a float; a longer integer does not fit one (the gate
+# would crash converting it), and Python refuses to parse one of over 4300 digits at all.
+_MAX_INT_DIGITS = 308
+
+
+def _float_sized_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > _MAX_INT_DIGITS:
+        raise _OutOfRange(f"an integer of {digits} digits is out of range (at most {_MAX_INT_DIGITS})")
+    return int(text)
+
+
 def check_perf(doc: object) -> str | None:
-    """Why `doc` is not a mha-ci.perf/1 document, or None."""
+    """Why `doc` is not a mha-ci.perf/1 document, or None.
+
+    It checks the structure the gate and the reports read. A time or noise that is not a finite
+    number passes: the gate reports it as a broken measurement of that shape (exit 1)."""
     if not isinstance(doc, dict):
         return "a perf document is a JSON object"
     if doc.get("schema") != SCHEMA:
@@ -66,15 +92,68 @@ def check_perf(doc: object) -> str | None:
         if entry["key"] in seen:
             return f"results[{i}]: key {entry['key']} appears twice"
         seen.add(entry["key"])
-        stats = entry.get("stats")
-        if stats is None:
-            if not entry.get("error"):
-                return f"results[{i}] ({entry['key']}): no 'stats' and no 'error'"
-            continue
-        missing = [k for k in STATS_KEYS if k not in stats]
-        if missing:
-            return f"results[{i}] ({entry['key']}): stats lack {missing}"
+        problem = _entry_problem(entry)
+        if problem:
+            return f"results[{i}] ({entry['key']}): {problem}"
+    return _selection_problem(doc.get("selection"), len(results))
+
+
+def _entry_problem(entry: dict) -> str | None:
+    tags, origins = entry.get("tags") or [], entry.get("origins") or []
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        return "tags is not a list of strings"
+    if not isinstance(origins, list) or not all(isinstance(o, dict) for o in origins):
+        return "origins is not a list of objects"
+    if any(o.get("tp") is not None and not _is_count(o["tp"]) for o in origins):
+        return "an origin's tp is not a whole number"
+    stats = entry.get("stats")
+    if stats is None:
+        return None if entry.get("error") else "no 'stats' and no 'error'"
+    if not isinstance(stats, dict):
+        return "stats is not an object"
+    missing = [k for k in STATS_KEYS if k not in stats]
+    if missing:
+        return f"stats lack {missing}"
+    return _stall_problem(stats.get("stall"))
+
+
+def _stall_problem(stall: object) -> str | None:
+    """The reports print a stall's worst dispatch and its ratio to the median (mha_ci.perf.stats)."""
+    if stall is None:
+        return None
+    if not isinstance(stall, dict):
+        return f"stall is not an object or null: {stall!r:.40}"
+    for name in ("worst_us", "ratio"):
+        value = stall.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"stall's {name} is not a finite number: {value!r:.40}"
+    for name in ("count", "rep", "index"):
+        if stall.get(name) is not None and not _is_count(stall[name]):
+            return f"stall's {name} is not a whole number or null: {stall.get(name)!r:.40}"
     return None
+
+
+def _selection_problem(selection: object, results: int) -> str | None:
+    """A document without `selection` is a full measurement (the gate expects every baseline shape).
+
+    A selection that counts fewer shapes than the results hold contradicts itself: the gate could
+    not tell which results were meant, so the document is refused rather than judged."""
+    if selection is None:
+        return None
+    if not isinstance(selection, dict):
+        return "selection is not an object"
+    if selection.get("subset") not in SUBSETS:
+        return f"selection subset {selection.get('subset')!r:.40} is not one of {', '.join(SUBSETS)}"
+    count = selection.get("count")
+    if not _is_count(count):
+        return f"selection count {count!r:.40} is not a whole number"
+    if count < results:
+        return f"selection count {count} is below the {results} results the document holds"
+    return None
+
+
+def _is_count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def write_json(path: Path, doc: dict) -> Path:

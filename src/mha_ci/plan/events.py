@@ -12,14 +12,21 @@ nor --changed-files takes them from git instead: mha_ci.plan.local_changes.)
 """
 from __future__ import annotations
 
+import difflib
 import json
 import posixpath
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 from mha_ci.errors import ConfigError
+from mha_ci.model.pipeline import Triggers
 from mha_ci.model.types import EVENT_KINDS, Event
 from mha_ci.model.yaml_source import closest, read_text_file
+
+# GitHub's event payloads are tens of KiB (a push of many commits a few MiB); a changed-files list
+# of 10000 paths is under 1 MiB. Anything larger is not one of them.
+MAX_INPUT_BYTES = 16 << 20
 
 # GitHub event names -> our event kinds.
 _ALIASES = {"workflow_dispatch": "manual", "pull_request_target": "pull_request"}
@@ -43,7 +50,7 @@ def read_changed_files(path: Path) -> tuple[str, ...]:
     not quote non-ASCII names); blank entries ignored, order kept, duplicates dropped. Each path is
     normalised (`docs/../src/mha/x` is `src/mha/x`, so it cannot pass for documentation); one that
     leaves the repository is a usage error."""
-    text = read_text_file(path, "changed-files list")
+    text = read_text_file(path, "changed-files list", MAX_INPUT_BYTES)
     entries = text.split("\0") if "\0" in text else text.splitlines()
     paths = []
     for entry in (e.strip() for e in entries):
@@ -94,11 +101,59 @@ def _label_name(item: Any, index: int, path: Path) -> str:
                       file=str(path), key="name")
 
 
+def _draft(value: Any, path: Path) -> bool:
+    # GitHub writes a JSON boolean; the string "false" would read as true (a draft: nothing runs).
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ConfigError(f"pull_request.draft: expected true or false, got {value!r:.80}", file=str(path),
+                          key="draft")
+    return value
+
+
+def _base_branch(base: Any, path: Path) -> str | None:
+    if base is None:
+        return None
+    ref = base.get("ref") if isinstance(base, dict) else base
+    if not isinstance(base, dict) or not isinstance(ref, (str, type(None))):
+        raise ConfigError(f"pull_request.base: expected an object with a string 'ref', got {base!r:.80}",
+                          file=str(path), key="base")
+    return ref
+
+
+def label_warnings(triggers: Triggers, labels: frozenset[str]) -> list[str]:
+    """Warnings for labels that are not ours but look like one of triggers.yaml's (a full-width
+    colon, a dropped or changed character): the policy ignores them, so the run does less than was
+    asked. Labels with our prefix are checked strictly by the policy; this catches the near misses."""
+    known, prefix = [rule.label for rule in triggers.labels], triggers.label_prefix
+    warnings = []
+    folded_known = {unicodedata.normalize("NFKC", k).casefold(): k for k in known}
+    for label in sorted(labels):
+        if label in known or label.casefold().startswith(prefix.casefold()):
+            continue
+        folded = unicodedata.normalize("NFKC", label).casefold()
+        match = folded_known.get(folded) or _closest_label(folded, folded_known)
+        if match:
+            warnings.append(f"label '{label}' is not a CI label and runs nothing; did you mean '{match}'?")
+    return warnings
+
+
+def _closest_label(folded: str, folded_known: dict[str, str]) -> str | None:
+    # A high cutoff: 'bug' or 'docs' must not be read as a CI label.
+    found = difflib.get_close_matches(folded, list(folded_known), n=1, cutoff=0.8)
+    return folded_known[found[0]] if found else None
+
+
 def read_github_event(path: Path, kind: str | None = None) -> Event:
+    text = read_text_file(path, "GitHub event", MAX_INPUT_BYTES)
     try:
-        data = json.loads(read_text_file(path, "GitHub event"))
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"invalid JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+    except RecursionError:
+        raise ConfigError("invalid GitHub event: JSON nested too deep", file=str(path)) from None
+    except ValueError as exc:          # an integer of thousands of digits
+        raise ConfigError(f"invalid GitHub event: {exc}", file=str(path)) from None
     if not isinstance(data, dict):
         raise ConfigError("a GitHub event payload is a JSON object", file=str(path))
     kind = event_kind(kind) if kind else _infer_kind(data, path)
@@ -108,7 +163,7 @@ def read_github_event(path: Path, kind: str | None = None) -> Event:
         if not isinstance(pr, dict):
             raise ConfigError("pull_request event without a 'pull_request' object", file=str(path))
         return Event(kind=kind, labels=_label_names(pr.get("labels"), path),
-                     branch=(pr.get("base") or {}).get("ref"), draft=bool(pr.get("draft", False)))
+                     branch=_base_branch(pr.get("base"), path), draft=_draft(pr.get("draft"), path))
     if kind == "manual":
         inputs = data.get("inputs") or {}
         return Event(kind=kind, labels=_label_names(inputs.get("labels"), path), branch=_branch(data.get("ref")))

@@ -208,29 +208,29 @@ def test_host_toolchain_shard_runs_and_reports_versions(tmp_path):
 
 @pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 @pytest.mark.parametrize("patterns, expect", [("*test_i[[]1[]]", 1), ("*test_i[[]1[]],*test_i[[]3[]]", 2)])
-def test_a_selection_runs_only_the_matching_tests_and_says_so(tmp_path, monkeypatch, patterns, expect):
+def test_a_selection_runs_only_the_matching_tests_and_says_so(tmp_path, patterns, expect):
     import io
 
     from mha_ci.executors.host import HostExecutor
-    from mha_ci.jobs.correctness.job import SELECT_ENV, run_job
+    from mha_ci.jobs.correctness.job import narrowed, run_job
     from mha_ci.model.types import Job
-    monkeypatch.setenv(SELECT_ENV, patterns)
     root = _host_checkout(tmp_path, "import pytest\n\n@pytest.mark.parametrize('i', range(5))\n"
                                     "def test_i(i):\n    assert i < 5\n")
-    result = run_job(Job("correctness", "interpreter", "host", 1, 1), _host_pipeline(root),
-                     HostExecutor(root, stream=io.StringIO()), tmp_path / "out")
+    with narrowed(patterns.split(",")):
+        result = run_job(Job("correctness", "interpreter", "host", 1, 1), _host_pipeline(root),
+                         HostExecutor(root, stream=io.StringIO()), tmp_path / "out")
     assert result.verdict == "pass" and result.details["tests"] == expect
     assert f"(SELECTION: {expect} of 5 collected tests)" in result.message
 
 
-def test_a_selection_that_matches_nothing_is_no_result(tmp_path, monkeypatch):
+def test_a_selection_that_matches_nothing_is_no_result(tmp_path):
     import io
 
     from mha_ci.executors.host import HostExecutor
-    from mha_ci.jobs.correctness.job import SELECT_ENV, run_job
+    from mha_ci.jobs.correctness.job import narrowed, run_job
     from mha_ci.model.types import Job
-    monkeypatch.setenv(SELECT_ENV, "*no_such_test*")
     root = _host_checkout(tmp_path, "def test_ok():\n    pass\n")
-    result = run_job(Job("correctness", "interpreter", "host", 1, 1), _host_pipeline(root),
-                     HostExecutor(root, stream=io.StringIO()), tmp_path / "out")
+    with narrowed(["*no_such_test*"]):
+        result = run_job(Job("correctness", "interpreter", "host", 1, 1), _host_pipeline(root),
+                         HostExecutor(root, stream=io.StringIO()), tmp_path / "out")
     assert result.verdict == "fail" and "no collected test matches" in result.message

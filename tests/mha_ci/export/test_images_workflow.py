@@ -47,7 +47,7 @@ def test_plan_job_and_image_build_compute_the_same_references(pipeline_root, tmp
     assert cli(["--root", str(pipeline_root), "export", "github"]) == 0
     flows = {p.name: load(p) for p in (pipeline_root / ".github/workflows").glob("*.yml")}
     images, pr = flows["images.yml"], flows["pr.yml"]
-    publish = step(images, "image", "Build and publish")["run"]
+    publish = step(images, "publish", "Build and publish")["run"]
     matrices = step(pr, "plan", "Job matrices")["run"]
     assert registry_line(publish) == registry_line(matrices)
     assert "mha-ci containers publish" in publish
@@ -67,7 +67,7 @@ def test_plan_job_and_image_build_compute_the_same_references(pipeline_root, tmp
     assert pulled and all(r.startswith("ghcr.io/some-owner/mha-ci/") for r in pulled)
 
     # What images.yml's matrix entries publish, with its own registry line.
-    entries = images["jobs"]["image"]["strategy"]["matrix"]["include"]
+    entries = images["jobs"]["publish"]["strategy"]["matrix"]["include"]
     published = set()
     for entry in entries:
         script = (registry_line(publish) + f'\n"{python}" -m mha_ci --root . containers tags '
@@ -76,23 +76,32 @@ def test_plan_job_and_image_build_compute_the_same_references(pipeline_root, tmp
     assert pulled <= published, f"GPU jobs pull images nothing publishes: {pulled - published}"
 
 
-def test_images_workflow_builds_every_image_and_only_where_it_may_push(pipeline_root):
+def test_images_workflow_builds_every_image_and_publishes_only_from_the_default_branch(pipeline_root):
+    """A pull request's image never becomes main's: pull requests build with a read-only token,
+    only a default-branch run logs in and publishes (publish skips tags that exist)."""
     assert cli(["--root", str(pipeline_root), "export", "github"]) == 0
     images = load(pipeline_root / ".github/workflows/images.yml")
-    entries = images["jobs"]["image"]["strategy"]["matrix"]["include"]
+    build, publish = images["jobs"]["build"], images["jobs"]["publish"]
     every = {(s.toolchain, s.platform) for s in discover(load_pipeline(pipeline_root).toolchains.values())}
-    assert {(e["toolchain"], e["platform"]) for e in entries} == every
+    for job in (build, publish):
+        assert {(e["toolchain"], e["platform"]) for e in job["strategy"]["matrix"]["include"]} == every
     assert ("triton-3.4", "cuda") in every and ("triton-3.8", "cuda") in every
     # rebuilt when anything that goes into a reference changes
     assert "containers/**" in images["on"]["push"]["paths"]
     assert images["on"]["pull_request"]["paths"] == images["on"]["push"]["paths"]
-    # a fork's token cannot write packages: its pull requests do not try
-    assert "head.repo.full_name == github.repository" in images["jobs"]["image"]["if"]
+    default = "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)"
+    assert publish["if"] == f"github.event_name != 'pull_request' && {default}"
+    assert publish["permissions"] == {"contents": "read", "packages": "write"}
+    assert build["if"].startswith("github.event_name == 'pull_request' || github.ref != ")
+    assert "permissions" not in build          # the workflow's contents: read
+    build_text = json.dumps(build)
+    assert "docker login" not in build_text and "publish" not in build_text and "secrets." not in build_text
+    assert "mha-ci containers build" in step(images, "build", "Build")["run"]
 
 
 def test_gpu_jobs_pull_with_the_workflow_token(pipeline_root):
     assert cli(["--root", str(pipeline_root), "export", "github"]) == 0
-    for name in ("pr.yml", "main.yml"):
+    for name in ("pr-gpu.yml", "main.yml"):
         gpu = load(pipeline_root / ".github/workflows" / name)["jobs"]["gpu"]
         assert gpu["container"]["image"] == "${{ matrix.image }}"
         assert gpu["container"]["credentials"]["password"] == "${{ secrets.GITHUB_TOKEN }}"

@@ -80,7 +80,7 @@ def result_artifact(root: Path, job_id: str, verdict: str = "pass", code: int = 
     folder.mkdir(parents=True)
     (folder / "exit-code").write_text(f"{code}\n")
     (folder / "results.json").write_text(json.dumps({
-        "schema": "mha-ci.results/1", "status": status, "exit_code": code,
+        "schema": "mha-ci.results/1", "status": status, "exit_code": code, "provenance": {"pin_mode": "enforce"},
         "jobs": [{"job_id": job_id, "kind": "perf", "verdict": verdict, "exit_code": code, "message": "m"}],
         "not_run": [], "skipped": []}))
 
@@ -137,3 +137,45 @@ def test_gate_names_jobs_withheld_from_a_fork(tmp_path, plan_file):
     assert code == 1
     assert any(PLAN["jobs"][1]["id"] in line and "withheld" in line and "fork" in line for line in lines), lines
     assert gate.main(["--plan", str(plan_file), "--artifacts", str(artifacts), "--same-repository", "false"]) == 1
+
+
+def _rewrite_results(artifacts: Path, job_id: str, change) -> None:
+    path = artifacts / gate.artifact_name(job_id) / "results.json"
+    results = json.loads(path.read_text())
+    change(results)
+    path.write_text(json.dumps(results))
+
+
+def _narrowed(results: dict) -> None:
+    results["jobs"][0]["details"] = {"selection": {"patterns": ["*x*"], "selected": 1, "collected": 9}}
+    results["jobs"][0]["message"] = "1 tests: 0 failed (SELECTION: 1 of 9 collected tests)"
+
+
+@pytest.mark.parametrize("change, why", [
+    (_narrowed, "narrowed"),
+    (lambda r: r["jobs"][0].update(message="UNPINNED: 12 shapes, 0 regressed"), "unpinned"),
+    (lambda r: r["jobs"][0].update(details={"pin_mismatches": ["torch 2.8.0 != 2.7.1"]}), "unpinned"),
+    (lambda r: r.update(provenance={"pin_mode": "record"}), "unpinned"),
+    (lambda r: r.update(exit_code=1), "results.json exit_code 1"),
+    (lambda r: r.update(exit_code=None), "results.json exit_code None"),
+    (lambda r: r["jobs"].append(dict(r["jobs"][0])), "lists this job 2 times"),
+], ids=["select", "unpinned-message", "pin-mismatches", "pin-mode-record", "exit-1", "exit-null", "twice"])
+def test_gate_fails_on_a_verdict_that_is_not_a_full_pinned_pass(tmp_path, plan_file, change, why):
+    artifacts = tmp_path / "a"
+    for job in PLAN["jobs"]:
+        result_artifact(artifacts, job["id"])
+    _rewrite_results(artifacts, "perf-sm90-triton-3.4", change)
+    code, lines = gate.run_gate(plan_file, artifacts)
+    assert code == 1
+    assert any("perf-sm90-triton-3.4" in line and "FAIL" in line and why in line for line in lines), lines
+
+
+def test_gate_fails_on_an_empty_plan_or_a_job_planned_twice(tmp_path, plan_file):
+    plan_file.write_text(json.dumps({"jobs": [], "skipped": []}))
+    code, lines = gate.run_gate(plan_file, tmp_path / "a")
+    assert code == 1 and any("no job" in line for line in lines), lines
+    artifacts = tmp_path / "a"
+    result_artifact(artifacts, PLAN["jobs"][0]["id"])
+    plan_file.write_text(json.dumps({"jobs": [PLAN["jobs"][0], PLAN["jobs"][0]], "skipped": []}))
+    code, lines = gate.run_gate(plan_file, artifacts)
+    assert code == 1 and any("twice" in line or "2 times" in line for line in lines), lines

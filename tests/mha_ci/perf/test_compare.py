@@ -50,13 +50,75 @@ def test_invalid_when_noisy_missing_or_failed():
     assert c.summary["invalid"] == 4
     # a failed or missing candidate measurement is broken and fails the gate, naming the shape...
     assert [v.key for v in c.broken] == [B, C] and c.gate_failed
-    assert c.failures == [f"broken measurement: {B}: candidate failed: RuntimeError: launch failed",
+    assert c.failures == ["no shape was judged (4 invalid of 4): a verdict needs at least one improvement, "
+                          "ok or regression",
+                          f"broken measurement: {B}: candidate failed: RuntimeError: launch failed",
                           f"broken measurement: {C}: not measured in the candidate"]
-    # ...a noisy shape and a shape new to the candidate do not...
-    quiet = compare(doc([entry(A, 100.0, noise=6.0)]), doc([entry(A, 100.0), entry(D, 10.0)]), POLICY)
+    # ...a noisy shape and a shape new to the candidate do not, among enough judged ones...
+    judged = [entry(key, 100.0) for key in many(40)]
+    quiet = compare(doc([entry(A, 100.0, noise=6.0), *judged]), doc([entry(A, 100.0), entry(D, 10.0), *judged]),
+                    POLICY)
     assert quiet.summary["invalid"] == 2 and not quiet.gate_failed
-    assert compare(doc([entry(A, 100.0, noise=6.0)]), doc([entry(A, 100.0)]),      # ...unless asked to
+    assert compare(doc([entry(A, 100.0, noise=6.0), *judged]), doc([entry(A, 100.0), *judged]),  # ...unless asked to
                    GatePolicy(fail_on_invalid=True)).gate_failed
+
+
+def many(n: int) -> list[str]:
+    """`n` distinct shape keys, none of them A-D."""
+    return [f"dense_b{i}_hq8_hk8_sq1024_sk1024_dqk128_dv128_c1" for i in range(100, 100 + n)]
+
+
+def test_a_verdict_needs_a_judged_shape():
+    c = compare(doc([entry(A, 100.0, noise=6.0), entry(B, 1000.0, noise=6.0)]),
+                doc([entry(A, 150.0), entry(B, 1500.0)]), POLICY)
+    assert c.judged == 0 and not c.broken and c.gate_failed
+    assert c.failures[0].startswith("no shape was judged (2 invalid of 2)")
+    assert compare(doc([]), doc([]), POLICY).failures[0].startswith("no shape was judged (0 invalid of 0)")
+
+
+@pytest.mark.parametrize("invalid, total, fails", [(1, 20, False), (2, 39, True), (0, 20, False)])
+def test_more_than_the_invalid_share_fails(invalid, total, fails):
+    keys = many(total)
+    base = doc([entry(key, 100.0, noise=6.0 if i < invalid else 0.5) for i, key in enumerate(keys)])
+    c = compare(base, doc([entry(key, 100.0) for key in keys]), GatePolicy(max_invalid_pct=5.0))
+    assert c.summary["invalid"] == invalid and c.gate_failed is fails
+    if fails:
+        assert c.failures == [f"{invalid} of {total} shapes invalid ({100 * invalid / total:.1f} %), "
+                              "more than gate.max_invalid_pct 5 %"]
+    assert compare(base, doc([entry(key, 100.0) for key in keys]),
+                   GatePolicy(max_invalid_pct=0.0)).gate_failed is bool(invalid)
+
+
+def test_between_run_noise_counts_against_the_invalid_limit_on_both_sides():
+    keys = many(40)
+    calm = doc([entry(key, 100.0) for key in keys])
+    moved = doc([entry(key, 112.0 if key == keys[0] else 100.0) for key in keys])
+    moved["results"][0]["stats"]["between_run_noise_pct"] = 8.0
+    v = by_key(compare(calm, moved, POLICY))[keys[0]]
+    assert v.status == "invalid" and v.reason == "too noisy: candidate noise 8.0 % (between runs) > 5.0 %"
+    calm["results"][0]["stats"]["between_run_noise_pct"] = 4.0      # within the limit: it widens the threshold
+    moved["results"][0]["stats"]["between_run_noise_pct"] = 0.1
+    v = by_key(compare(calm, moved, POLICY))[keys[0]]
+    assert v.status == "regression" and v.threshold_pct == pytest.approx(2.5 * (4.0 ** 2 + 0.5 ** 2) ** 0.5)
+
+
+def test_a_candidate_without_selection_is_a_full_measurement():
+    cand = doc([entry(A, 100.0)])
+    del cand["selection"]
+    c = compare(doc([entry(A, 100.0), entry(B, 1000.0)]), cand, POLICY)
+    assert [v.key for v in c.broken] == [B] and c.not_measured == 0
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("median_us", float("nan"), "candidate median_us is not a number: nan"),
+    ("max_us", 0.0, "candidate max_us is not positive: 0.0"),
+    ("max_us", "9", "candidate max_us is not a number: '9'"),
+])
+def test_a_median_or_max_that_is_not_a_positive_number_is_broken(field, value, reason):
+    cand = doc([entry(A, 100.0)])
+    cand["results"][0]["stats"][field] = value
+    c = compare(doc([entry(A, 100.0)]), cand, POLICY)
+    assert c.shapes[0].reason == reason and c.broken and c.gate_failed
 
 
 def test_subset_candidate_does_not_count_unmeasured_baseline_shapes():
@@ -139,3 +201,14 @@ def test_cli_exit_codes(tmp_path, repo_root, capsys):
     assert main(root + ["perf", "compare", str(base), str(slow), "--format", "md", "--out", str(tmp_path / "r")]) == 1
     assert {p.name for p in (tmp_path / "r").iterdir()} == {"compare.json", "compare.md", "compare.txt",
                                                           "compare.png", "compare.html"}
+
+
+def test_perf_yaml_sets_the_invalid_share_and_refuses_a_useless_one(pipeline_root, capsys):
+    from mha_ci.perf.config import gate_policy, load_perf_file
+
+    assert gate_policy(load_perf_file(pipeline_root)).max_invalid_pct == 5.0
+    perf_yaml = pipeline_root / "pipelines" / "perf.yaml"
+    perf_yaml.write_text(perf_yaml.read_text().replace("max_invalid_pct: 5.0", "max_invalid_pct: 100"))
+    assert main(["--root", str(pipeline_root), "validate"]) == 2
+    err = capsys.readouterr().err
+    assert "perf.yaml" in err and "max_invalid_pct" in err and "less than 100" in err

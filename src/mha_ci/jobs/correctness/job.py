@@ -16,6 +16,8 @@ durations of every shard of the run merged: what the nightly refresh stores).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import fnmatch
 import hashlib
 import json
@@ -23,7 +25,7 @@ import os
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator, Sequence
 
 from mha_ci.baselines import test_durations
 from mha_ci.errors import ExitCode
@@ -42,24 +44,31 @@ def durations_file(root: Path, arch: str) -> Path:
 
 
 # `mha-ci run --select GLOB` narrows the correctness jobs to the collected tests whose node id
-# matches one of these fnmatch patterns (comma-separated): a quick local check, never a full one,
-# so the verdict names the selection.
-SELECT_ENV = "MHA_CI_SELECT"
+# matches one of these fnmatch patterns: a quick local check, never a full one, so the verdict names
+# the selection. Only the command line sets it (through `narrowed`), never the environment: an
+# inherited variable must not quietly turn a full run into a partial one.
+_SELECTION: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("correctness_selection", default=())
 
 
-def selection_patterns() -> list[str]:
-    return [p.strip() for p in os.environ.get(SELECT_ENV, "").split(",") if p.strip()]
+@contextlib.contextmanager
+def narrowed(patterns: Sequence[str]) -> Iterator[None]:
+    """While inside, correctness jobs run only the collected tests matching one of `patterns`."""
+    token = _SELECTION.set(tuple(p.strip() for p in patterns if p.strip()))
+    try:
+        yield
+    finally:
+        _SELECTION.reset(token)
 
 
 def _selected(tests: list[str], result: JobResult) -> list[str]:
     """The tests `mha-ci run --select` keeps (all without it); records the selection in `result`."""
-    patterns = selection_patterns()
+    patterns = list(_SELECTION.get())
     if not patterns:
         return tests
     chosen = [t for t in tests if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
     result.details["selection"] = {"patterns": patterns, "selected": len(chosen), "collected": len(tests)}
     if not chosen:
-        result.message = f"no collected test matches {SELECT_ENV}={','.join(patterns)}: no result"
+        result.message = f"no collected test matches --select {' '.join(patterns)}: no result"
     return chosen
 
 

@@ -1,0 +1,87 @@
+"""Reading inputs and writing results without trusting the file system.
+
+An input path may name a device (/dev/zero never ends), a FIFO (opening it waits for a writer
+forever) or a file of gigabytes; `read_capped` refuses all three with a usage error naming the
+file (exit 2) before reading more than its cap. A result written in place and cut short (full disk,
+kill) looks like a complete one to the next reader; `write_atomic` leaves either the old file or
+the whole new one, and a failed write is an environment error (exit 3). Two runs writing into one
+folder interleave their results; `exclusive_folder` lets only one in.
+
+Standard library plus mha_ci.errors only.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from mha_ci.errors import ConfigError, EnvironmentProblem
+
+
+def read_capped(path: Path, what: str, max_bytes: int) -> bytes:
+    """The bytes of the regular file `path`, at most `max_bytes` of them; anything else is a ConfigError."""
+    path = Path(path)
+    try:
+        # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer; it changes
+        # nothing for a regular file.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what}: {exc.strerror or exc}", file=str(path)) from None
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or special file"
+            raise ConfigError(f"{what} is {kind}, not a regular file", file=str(path))
+        try:
+            data = handle.read(max_bytes + 1)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {what}: {exc.strerror or exc}", file=str(path)) from None
+    if len(data) > max_bytes:
+        raise ConfigError(f"{what} has more than the {max_bytes} allowed bytes", file=str(path))
+    return data
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` all at once: a temporary file beside it, then a rename. An
+    OSError (no space left, read-only, quota) is EnvironmentProblem (exit 3); `path` keeps its
+    previous content and no temporary file stays behind."""
+    path = Path(path)
+    try:
+        handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def exclusive_folder(folder: Path, option: str) -> Iterator[None]:
+    """Hold `folder` for this process while inside; a folder another process holds is a ConfigError.
+
+    The lock is flock(2) on the folder itself: no lock file to leave behind or clean up, and the
+    kernel drops it when the holder exits, however it exits (kill -9 included)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise ConfigError(f"{option} {folder}: cannot open it: {exc.strerror or exc}", key=option) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"{option} {folder} is in use by another mha-ci run; wait for it to finish or "
+                              f"pass another {option}", key=option) from None
+        yield
+    finally:
+        os.close(fd)
