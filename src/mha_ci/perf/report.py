@@ -4,6 +4,12 @@ Every number shown is a field of the comparison JSON (`Comparison.to_dict()`), w
 comes from the two mha-ci.perf/1 documents; the shape key heads every row so a reader can
 find it there. The layout of the table follows the reference study of docs/workloads.md
 (M, N, K, d_v, HQ/HK, TP, layout, bucket, baseline, candidate, delta %, status, source tag).
+
+The forward and the backward pass are reported apart (a section, a tally and a plot panel
+each; a pass the comparison does not hold gets none): a backward regression must not hide
+among forward rows, and the two passes have their own noise. A shape whose code objects are
+identical on both sides (`same_code`) cannot have changed speed through the change under test,
+so its delta is a free A/A sample of the comparison's noise; every form marks it.
 """
 from __future__ import annotations
 
@@ -11,21 +17,67 @@ import base64
 import html
 import io
 import json
+import statistics
+from collections.abc import Iterable
 from pathlib import Path
 
 from mha_ci.perf.compare import STATUSES, Comparison, ShapeVerdict
+from mha_ci.perf.shapes import PASSES
 
 COLOURS = {"improvement": "#2a9d3f", "ok": "#9a9a9a", "regression": "#d62828", "invalid": "#f4a261"}
 COLUMNS = ("shape", "M", "N", "K", "d_v", "HQ/HK", "TP", "layout", "bucket", "baseline us", "candidate us",
-           "delta %", "threshold %", "status", "source")
+           "delta %", "threshold %", "status", "same code", "source")
+PASS_TITLES = {"fwd": "Forward (fwd)", "bwd": "Backward (bwd)"}
+SAME_CODE = {True: "yes", False: "no", None: "-"}
+
+
+def by_pass(verdicts: Iterable[ShapeVerdict]) -> dict[str, list[ShapeVerdict]]:
+    """The verdicts of each pass the comparison holds, forward first; an absent pass has no entry."""
+    groups: dict[str, list[ShapeVerdict]] = {p: [] for p in PASSES}
+    for v in verdicts:
+        groups[v.pass_].append(v)
+    return {p: vs for p, vs in groups.items() if vs}
+
+
+def _tally(summary: dict[str, int]) -> str:
+    """"1 improvement, 3 ok, 0 regressions, 0 invalid of 4 shapes" from a count per status."""
+    words = {"improvement": "improvements", "regression": "regressions"}
+    parts = [f"{summary[k]} {words.get(k, k) if summary[k] != 1 else k}" for k in STATUSES]
+    return f"{', '.join(parts)} of {sum(summary.values())} shapes"
+
+
+def counts(verdicts: list[ShapeVerdict]) -> str:
+    """The tally of the given verdicts."""
+    return _tally({s: sum(1 for v in verdicts if v.status == s) for s in STATUSES})
 
 
 def tally_line(c: Comparison) -> str:
-    s = c.summary
-    total = sum(s.values())
-    words = {"improvement": "improvements", "regression": "regressions"}
-    parts = [f"{s[k]} {words.get(k, k) if s[k] != 1 else k}" for k in STATUSES]
-    return f"{', '.join(parts)} of {total} shapes"
+    """The tally of each pass, as the comparison JSON's summary_by_pass holds it:
+    "fwd: ... of 4 shapes; bwd: ... of 3 shapes"."""
+    by = c.summary_by_pass
+    if not by:
+        return _tally(c.summary)
+    return "; ".join(f"{p}: {_tally(summary)}" for p, summary in by.items())
+
+
+def same_code_line(verdicts: list[ShapeVerdict]) -> str | None:
+    """How many shapes ran identical code objects on both sides and what their deltas say about
+    the noise; None when no shape recorded its code objects on both sides."""
+    known = [v for v in verdicts if v.same_code is not None]
+    if not known:
+        return None
+    same = [v for v in known if v.same_code]
+    line = f"{len(same)} of {len(verdicts)} shapes ran identical code objects on both sides"
+    deltas = [abs(v.delta_pct) for v in same if v.delta_pct is not None]
+    if deltas:
+        beyond = sum(1 for v in same if v.status in ("regression", "improvement"))
+        line += (f": their deltas are an A/A sample (median |delta| {statistics.median(deltas):.2f} %, "
+                 f"max {max(deltas):.2f} %"
+                 + (f", over the {len(deltas)} with a delta" if len(deltas) < len(same) else "")
+                 + f"; {beyond} beyond threshold)")
+    if len(known) < len(verdicts):
+        line += f"; code objects unknown for {len(verdicts) - len(known)}"
+    return line
 
 
 def _fmt(value, digits=1) -> str:
@@ -62,19 +114,20 @@ def row(v: ShapeVerdict) -> dict[str, str]:
         "baseline us": _fmt(v.baseline_us), "candidate us": _fmt(v.candidate_us),
         "delta %": _delta(v.delta_pct), "threshold %": _fmt(v.threshold_pct),
         "status": v.status + (" (stall)" if v.stall else ""),
+        "same code": SAME_CODE[v.same_code],
         "source": ", ".join(v.tags) or "-",
     }
 
 
-def ordered(c: Comparison) -> list[ShapeVerdict]:
+def ordered(verdicts: Iterable[ShapeVerdict]) -> list[ShapeVerdict]:
     """Regressions first (worst first), then invalid, then the rest by delta, largest first."""
     rank = {"regression": 0, "invalid": 1, "ok": 2, "improvement": 3}
-    return sorted(c.shapes, key=lambda v: (rank[v.status], -(v.delta_pct if v.delta_pct is not None else 0), v.key))
+    return sorted(verdicts, key=lambda v: (rank[v.status], -(v.delta_pct if v.delta_pct is not None else 0), v.key))
 
 
-def _stall_lines(c: Comparison) -> list[str]:
+def _stall_lines(verdicts: Iterable[ShapeVerdict]) -> list[str]:
     lines = []
-    stalled = [(v, v.stall) for v in c.shapes if v.stall]     # c.stalled, each with its stall
+    stalled = [(v, v.stall) for v in verdicts if v.stall]     # each stalled shape with its stall
     for v, stall in sorted(stalled, key=lambda pair: -pair[1]["worst_us"]):
         median = stall["worst_us"] / stall["ratio"] if stall["ratio"] else None
         count = stall["count"] if stall.get("count") is not None else "at least 1"
@@ -116,16 +169,25 @@ def _header(c: Comparison) -> list[str]:
     return lines
 
 
+def _pass_lead(verdicts: list[ShapeVerdict]) -> list[str]:
+    """The lines that open a pass's section: its tally, then what its identical-code shapes say."""
+    same = same_code_line(verdicts)
+    return [counts(verdicts)] + ([f"Same code: {same}"] if same else [])
+
+
 def text(c: Comparison) -> str:
-    out = _header(c) + ["", f"Tally: {tally_line(c)}", ""]
-    for v in ordered(c):
-        out.append(f"{v.status:<11} {_delta(v.delta_pct):>8} % (thr {_fmt(v.threshold_pct)} %)  "
-                   f"{_fmt(v.baseline_us):>9} -> {_fmt(v.candidate_us):>9} us  {v.key}"
-                   + (f"  [{v.reason}]" if v.status == "invalid" else "")
-                   + ("  STALL" if v.stall else ""))
-    stalls = _stall_lines(c)
-    if stalls:
-        out += ["", "Stalls:"] + [f"  {line}" for line in stalls]
+    out = _header(c) + ["", f"Tally: {tally_line(c)}"]
+    for p, verdicts in by_pass(c.shapes).items():
+        out += ["", f"{PASS_TITLES[p]}"] + [f"  {line}" for line in _pass_lead(verdicts)]
+        for v in ordered(verdicts):
+            out.append(f"{v.status:<11} {_delta(v.delta_pct):>8} % (thr {_fmt(v.threshold_pct)} %)  "
+                       f"{_fmt(v.baseline_us):>9} -> {_fmt(v.candidate_us):>9} us  {v.key}"
+                       + (f"  [{v.reason}]" if v.status == "invalid" else "")
+                       + ("  STALL" if v.stall else "")
+                       + ("  SAME CODE" if v.same_code else ""))
+        stalls = _stall_lines(verdicts)
+        if stalls:
+            out += ["Stalls:"] + [f"  {line}" for line in stalls]
     return "\n".join(out) + "\n"
 
 
@@ -141,16 +203,22 @@ def _md_table(verdicts: list[ShapeVerdict]) -> list[str]:
 def markdown(c: Comparison) -> str:
     out = ["# Perf comparison", ""] + [f"- {line}" for line in _header(c)]
     out += ["", f"**{tally_line(c)}**", ""]
-    regressions = [v for v in ordered(c) if v.status == "regression"]
-    if regressions:
-        out += ["## Regressions", ""] + _md_table(regressions) + [""]
-    stalls = _stall_lines(c)
-    if stalls:
-        out += ["## Stalls", ""] + [f"- `{line.split(':', 1)[0]}`:{line.split(':', 1)[1]}" for line in stalls] + [""]
-    invalid = [v for v in ordered(c) if v.status == "invalid"]
-    if invalid:
-        out += ["## Invalid (not judged)", ""] + [f"- `{v.key}`: {v.reason}" for v in invalid] + [""]
-    out += ["## All shapes", ""] + _md_table(ordered(c)) + [""]
+    for p, verdicts in by_pass(c.shapes).items():
+        lead = _pass_lead(verdicts)
+        out += [f"## {PASS_TITLES[p]}", "", f"**{lead[0]}**", ""]
+        for line in lead[1:]:
+            out += [line, ""]
+        regressions = [v for v in ordered(verdicts) if v.status == "regression"]
+        if regressions:
+            out += [f"### {p}: regressions", ""] + _md_table(regressions) + [""]
+        stalls = _stall_lines(verdicts)
+        if stalls:
+            out += [f"### {p}: stalls", ""]
+            out += [f"- `{line.split(':', 1)[0]}`:{line.split(':', 1)[1]}" for line in stalls] + [""]
+        invalid = [v for v in ordered(verdicts) if v.status == "invalid"]
+        if invalid:
+            out += [f"### {p}: invalid (not judged)", ""] + [f"- `{v.key}`: {v.reason}" for v in invalid] + [""]
+        out += [f"### {p}: all shapes", ""] + _md_table(ordered(verdicts)) + [""]
     return "\n".join(out)
 
 
@@ -172,73 +240,107 @@ def figure_png(fig) -> bytes:
     return buf.getvalue()
 
 
-def _plotted(c: Comparison) -> list[tuple[ShapeVerdict, float, float]]:
+def _plotted(verdicts: Iterable[ShapeVerdict]) -> list[tuple[ShapeVerdict, float, float]]:
     """(verdict, delta %, threshold %) of the shapes with both sides measured, sorted by delta.
     compare sets a shape's delta and threshold together, so requiring both drops no more shapes."""
-    both = [(v, v.delta_pct, v.threshold_pct) for v in c.shapes
+    both = [(v, v.delta_pct, v.threshold_pct) for v in verdicts
             if v.delta_pct is not None and v.threshold_pct is not None]
     return sorted(both, key=lambda item: item[1])
 
 
-def plot_png(c: Comparison) -> bytes:
-    """Delta % per shape, sorted, coloured by status, with each shape's threshold as a band."""
+def _panel(ax, plt, verdicts: list[ShapeVerdict], title: str) -> None:
+    """One pass's bars: delta % per shape, sorted, coloured by status, its thresholds as a band,
+    stalls and identical-code shapes marked."""
     from matplotlib.patches import Patch
 
-    plt = pyplot()
-
-    plotted = _plotted(c)
-    verdicts = [v for v, _, _ in plotted]
+    plotted = _plotted(verdicts)
+    shown = [v for v, _, _ in plotted]
     deltas = [delta for _, delta, _ in plotted]
-    fig, ax = plt.subplots(figsize=(max(8.0, min(24.0, 0.06 * len(verdicts) + 6)), 5.0), dpi=100)
-    xs = list(range(len(verdicts)))
-    ax.bar(xs, deltas, color=[COLOURS[v.status] for v in verdicts], width=0.85)
-    if verdicts:
+    xs = list(range(len(shown)))
+    ax.bar(xs, deltas, color=[COLOURS[v.status] for v in shown], width=0.85)
+    if shown:
         ax.step(xs, [t for _, _, t in plotted], where="mid", color="black", linewidth=0.7, linestyle="--")
         ax.step(xs, [-t for _, _, t in plotted], where="mid", color="black", linewidth=0.7, linestyle="--")
-    stalled = [i for i, v in enumerate(verdicts) if v.stall]
+    stalled = [i for i, v in enumerate(shown) if v.stall]
     if stalled:
         ax.scatter(stalled, [deltas[i] for i in stalled], marker="v", color="black", zorder=3, s=18)
+    same = [i for i, v in enumerate(shown) if v.same_code]
+    if same:
+        ax.scatter(same, [deltas[i] for i in same], marker="o", facecolors="none", edgecolors="#1d3557",
+                   zorder=4, s=22, linewidths=0.9)
     ax.axhline(0, color="black", linewidth=0.6)
-    ax.set_xlabel(f"shape (sorted by delta; {len(verdicts)} with both sides measured)")
+    ax.set_xlabel(f"shape (sorted by delta; {len(shown)} of {len(verdicts)} with both sides measured)")
     ax.set_ylabel("delta % (trimmed mean)")
-    ax.set_title(tally_line(c) + (" - REFUSED" if c.refused else ""), fontsize=10)
-    if len(verdicts) <= 40:
+    ax.set_title(title, fontsize=10)
+    if len(shown) <= 40:
         ax.set_xticks(xs)
-        ax.set_xticklabels([v.key for v in verdicts], rotation=90, fontsize=6)
+        ax.set_xticklabels([v.key for v in shown], rotation=90, fontsize=6)
     else:
         ax.set_xticks([])
-    handles = [Patch(color=COLOURS[s], label=f"{s} ({c.summary[s]})") for s in STATUSES]
+    n = {s: sum(1 for v in verdicts if v.status == s) for s in STATUSES}
+    handles = [Patch(color=COLOURS[s], label=f"{s} ({n[s]})") for s in STATUSES]
     handles.append(plt.Line2D([], [], color="black", linestyle="--", linewidth=0.7, label="+/- threshold"))
     if stalled:
         handles.append(plt.Line2D([], [], color="black", marker="v", linestyle="", label="stall"))
+    if same:
+        handles.append(plt.Line2D([], [], color="#1d3557", marker="o", markerfacecolor="none", linestyle="",
+                                  label=f"identical code on both sides, A/A ({len(same)})"))
     ax.legend(handles=handles, fontsize=8, loc="best", framealpha=0.8)
+
+
+def plot_png(c: Comparison) -> bytes:
+    """One panel per pass the comparison holds (forward above backward), each as _panel draws it."""
+    plt = pyplot()
+    groups = by_pass(c.shapes)
+    panels = [(f"{PASS_TITLES[p]}: {counts(vs)}", vs) for p, vs in groups.items()] or [(counts([]), [])]
+    widest = max(len(_plotted(vs)) for _, vs in panels)
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False, dpi=100,
+                             figsize=(max(8.0, min(24.0, 0.06 * widest + 6)), 1.0 + 4.5 * len(panels)))
+    for ax, (title, verdicts) in zip(axes[:, 0], panels):
+        _panel(ax, plt, verdicts, title)
+    if c.refused:
+        fig.suptitle("REFUSED: not comparable", fontsize=11, color=COLOURS["regression"])
     fig.tight_layout()
     return figure_png(fig)
+
+
+def _html_table(verdicts: list[ShapeVerdict]) -> str:
+    esc = html.escape
+    rows = []
+    for v in ordered(verdicts):
+        r = row(v)
+        cells = "".join(f"<td>{esc(r[col])}</td>" for col in COLUMNS)
+        css = v.status + (" same-code" if v.same_code else "")
+        rows.append(f'<tr class="{css}" title="{esc(v.reason)}">{cells}</tr>')
+    return (f"<table><tr>{''.join(f'<th>{esc(col)}</th>' for col in COLUMNS)}</tr>\n"
+            + "\n".join(rows) + "\n</table>")
 
 
 def html_page(c: Comparison, png: bytes) -> str:
     esc = html.escape
     head = "".join(f"<li>{esc(line)}</li>" for line in _header(c))
-    stall = "".join(f"<li>{esc(line)}</li>" for line in _stall_lines(c))
-    rows = []
-    for v in ordered(c):
-        r = row(v)
-        cells = "".join(f"<td>{esc(r[col])}</td>" for col in COLUMNS)
-        rows.append(f'<tr class="{v.status}" title="{esc(v.reason)}">{cells}</tr>')
-    colour_css = "".join(f"tr.{s} td:nth-child(14){{color:{col};font-weight:bold}}" for s, col in COLOURS.items())
+    sections = []
+    for p, verdicts in by_pass(c.shapes).items():
+        lead = _pass_lead(verdicts)
+        stall = "".join(f"<li>{esc(line)}</li>" for line in _stall_lines(verdicts))
+        sections.append(f'<section id="pass-{p}"><h2>{esc(PASS_TITLES[p])}</h2><p><b>{esc(lead[0])}</b></p>'
+                        + "".join(f"<p>{esc(line)}</p>" for line in lead[1:])
+                        + (f"<h3>Stalls</h3><ul>{stall}</ul>" if stall else "")
+                        + _html_table(verdicts) + "</section>")
+    status_col = COLUMNS.index("status") + 1
+    colour_css = "".join(f"tr.{s} td:nth-child({status_col}){{color:{col};font-weight:bold}}"
+                         for s, col in COLOURS.items())
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>mha-ci perf comparison</title>
 <style>body{{font-family:sans-serif;margin:1.5em}}table{{border-collapse:collapse;font-size:12px}}
 td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}td:first-child{{text-align:left;font-family:monospace}}
+tr.same-code td{{background:#eef3fa}}
 {colour_css}</style></head><body>
 <h1>Perf comparison</h1><ul>{head}</ul>
 <p><b>{esc(tally_line(c))}</b></p>
-<img alt="delta per shape" src="data:image/png;base64,{base64.b64encode(png).decode()}">
-{"<h2>Stalls</h2><ul>" + stall + "</ul>" if stall else ""}
-<h2>Shapes</h2>
-<table><tr>{"".join(f"<th>{esc(col)}</th>" for col in COLUMNS)}</tr>
-{chr(10).join(rows)}
-</table></body></html>
+<img alt="delta per shape, one panel per pass" src="data:image/png;base64,{base64.b64encode(png).decode()}">
+{chr(10).join(sections)}
+</body></html>
 """
 
 

@@ -5,10 +5,18 @@ provenances (was it the same machine and toolchain?), then every shape old vs ne
 a collapsed section. GitHub refuses a pull-request body over 65536 characters, so the long table
 is cut to fit and the last row says how many shapes were left out; every number stays in the
 committed baseline JSON.
+
+The forward and the backward pass are summarised and listed apart (a pass the refresh did not
+measure gets no rows): a backward shape that moved must not hide among forward ones. Each row
+says whether the shape ran the same code objects as the stored baseline (`code`: same, changed,
+or - when either side did not record them): a shape that moved on the same code moved by noise
+or by the machine, not by the kernel.
 """
 from __future__ import annotations
 
 from mha_ci.perf.compare import Comparison
+from mha_ci.perf.report import PASS_TITLES, SAME_CODE
+from mha_ci.perf.shapes import PASSES, pass_of_key
 
 BODY_LIMIT = 60_000
 PROVENANCE_ROWS = ("gpu", "arch", "driver", "toolchain", "versions", "executor", "image_digest", "commit", "date")
@@ -37,21 +45,34 @@ def _stats(doc: dict | None) -> dict[str, dict]:
     return {e["key"]: (e.get("stats") or {}) for e in (doc or {}).get("results", ())}
 
 
-def _shape_rows(name: str, old: dict | None, new: dict, comparison: Comparison | None) -> list[str]:
+def _pass_order(key: str) -> tuple[int, str]:
+    return PASSES.index(pass_of_key(key)), key
+
+
+def _shape_rows(name: str, old: dict | None, new: dict, comparison: Comparison | None,
+                only: set[str] | None = None) -> list[str]:
+    """One row per shape of either document (or of `only`), forward shapes before backward ones."""
     verdicts = {v.key: v for v in comparison.shapes} if comparison else {}
     old_stats, new_stats = _stats(old), _stats(new)
     rows = []
-    for key in sorted(set(old_stats) | set(new_stats)):
+    for key in sorted(set(old_stats) | set(new_stats) if only is None else only, key=_pass_order):
         o, n, v = old_stats.get(key, {}), new_stats.get(key, {}), verdicts.get(key)
         status = v.status if v else ("new shape" if key not in old_stats else "removed")
         rows.append(f"| {name} | `{key}` | {_us(o.get('trimmed_mean_us'))} | {_pct(o.get('noise_pct'))} | "
                     f"{_us(n.get('trimmed_mean_us'))} | {_pct(n.get('noise_pct'))} | "
-                    f"{_pct(v.delta_pct if v else None, True)} | {_pct(v.threshold_pct if v else None)} | {status} |")
+                    f"{_pct(v.delta_pct if v else None, True)} | {_pct(v.threshold_pct if v else None)} | {status} | "
+                    f"{SAME_CODE[v.same_code] if v else '-'} |")
     return rows
 
 
-SHAPE_HEADER = ["| toolchain | shape | old us | old noise | new us | new noise | delta | threshold | status |",
-                "|---|---|---|---|---|---|---|---|---|"]
+SHAPE_HEADER = ["| toolchain | shape | old us | old noise | new us | new noise | delta | threshold | status | same code |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+
+
+def _moved(c: Comparison | None, pass_: str) -> set[str]:
+    """The keys of the pass's shapes that moved beyond their threshold."""
+    return {v.key for v in (c.shapes if c else ()) if v.status in ("regression", "improvement")
+            and v.pass_ == pass_}
 
 
 def pr_body(*, arch: str, date: str, branch: str | None, base_commit: str, measured: dict[str, dict],
@@ -63,25 +84,31 @@ def pr_body(*, arch: str, date: str, branch: str | None, base_commit: str, measu
     lines += ["", f"A shape moved when its change exceeds max({policy.gate.floor_pct} %, "
               f"{policy.gate.k} x noise of both sides); every stored shape has noise at most "
               f"{policy.max_noise_pct} % (pipelines/perf.yaml).", "", "## Summary", "",
-              "| toolchain | shapes | regressions | improvements | new | removed |", "|---|---|---|---|---|---|"]
+              "| toolchain | pass | shapes | regressions | improvements | new | removed |",
+              "|---|---|---|---|---|---|---|"]
     for name, doc in measured.items():
         c, old = comparisons[name], olds[name]
-        counts = c.summary if c else {}
         new_keys = {e["key"] for e in doc["results"]}
         old_keys = {e["key"] for e in (old or {}).get("results", ())}
-        lines.append(f"| {name} | {len(new_keys)} | {counts.get('regression', 0)} | {counts.get('improvement', 0)} | "
-                     f"{len(new_keys - old_keys) if old else 'all (first baseline)'} | {len(old_keys - new_keys)} |")
+        for p in PASSES:
+            new_p = {k for k in new_keys if pass_of_key(k) == p}
+            old_p = {k for k in old_keys if pass_of_key(k) == p}
+            if not new_p and not old_p:
+                continue
+            statuses = [v.status for v in (c.shapes if c else ()) if v.pass_ == p]
+            lines.append(f"| {name} | {p} | {len(new_p)} | {statuses.count('regression')} | "
+                         f"{statuses.count('improvement')} | "
+                         f"{len(new_p - old_p) if old else 'all (first baseline)'} | {len(old_p - new_p)} |")
 
     lines += ["", "## Shapes beyond their threshold", ""]
-    moved_rows = []
-    for name, doc in measured.items():
-        c = comparisons[name]
-        if c is None:
-            continue
-        keys = {v.key for v in c.shapes if v.status in ("regression", "improvement")}
-        moved_rows += [row for row in _shape_rows(name, olds[name], doc, c) if row.split("`")[1] in keys]
-    lines += (SHAPE_HEADER + moved_rows) if moved_rows else ["None."]
-
+    moved = {p: [row for name, doc in measured.items()
+                 for row in _shape_rows(name, olds[name], doc, comparisons[name], only=_moved(comparisons[name], p))]
+             for p in PASSES}
+    for p, rows in moved.items():
+        if rows:
+            lines += [f"### {PASS_TITLES[p]}", ""] + SHAPE_HEADER + rows + [""]
+    if not any(moved.values()):
+        lines.append("None.")
     again = [(name, key, note) for name, doc in measured.items()
              for key, note in sorted(((doc.get("selection") or {}).get("remeasured") or {}).items())]
     if again:
@@ -116,5 +143,5 @@ def pr_body(*, arch: str, date: str, branch: str | None, base_commit: str, measu
         budget -= len(row) + 1
     if len(kept) < len(all_rows):
         kept.append(f"| ... | {len(all_rows) - len(kept)} more shapes left out: GitHub limits a description's length; "
-                    f"see the JSON files of the commit | | | | | | | |")
+                    f"see the JSON files of the commit | | | | | | | | |")
     return head + "\n".join(tail_open + kept + tail_close)

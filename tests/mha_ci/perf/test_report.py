@@ -3,6 +3,8 @@ import base64
 import io
 import re
 
+from PIL import Image
+
 from mha_ci.perf import calibrate, report
 from mha_ci.perf.compare import GatePolicy, compare
 
@@ -25,7 +27,7 @@ def reference_comparison():
 
 def test_markdown_has_tally_columns_regressions_and_stall():
     md = report.markdown(reference_comparison())
-    assert "**0 improvements, 0 ok, 4 regressions, 0 invalid of 4 shapes**" in md
+    assert "**fwd: 0 improvements, 0 ok, 4 regressions, 0 invalid of 4 shapes**" in md
     header = next(line for line in md.splitlines() if line.startswith("| shape"))
     for column in ("M", "N", "K", "d_v", "HQ/HK", "TP", "layout", "bucket", "baseline us", "candidate us",
                    "delta %", "status", "source"):
@@ -41,8 +43,6 @@ def test_png_is_a_real_plot_and_html_embeds_it(tmp_path):
     c = reference_comparison()
     png = report.plot_png(c)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    from PIL import Image
-
     image = Image.open(io.BytesIO(png))
     assert image.size[0] >= 600 and image.size[1] >= 300
     page = report.html_page(c, png)
@@ -51,6 +51,100 @@ def test_png_is_a_real_plot_and_html_embeds_it(tmp_path):
     assert page.count("<tr class=") == 4 and "4 regressions" in page
     paths = report.write_all(c, tmp_path)
     assert all(p.stat().st_size > 0 for p in paths.values())
+
+
+BWD = [KEYS[0] + "_bwd", KEYS[3] + "_bwd"]
+CODE = {"attn_fwd": "f" * 64, "attn_bwd_dkdv": "a" * 64}
+
+
+def with_code(e: dict, code: dict) -> dict:
+    e["code_objects"] = dict(code)
+    return e
+
+
+def two_pass_comparison():
+    """Forward shapes on unchanged code that come out ok; backward shapes of which one ran new
+    code and regressed +10 %, the other ran the same code as before."""
+    changed = {**CODE, "attn_bwd_dkdv": "b" * 64}
+    base = doc([with_code(entry(KEYS[0], 100.0), CODE), with_code(entry(KEYS[3], 200.0), CODE),
+                with_code(entry(BWD[0], 300.0), CODE), with_code(entry(BWD[1], 400.0), CODE)])
+    cand = doc([with_code(entry(KEYS[0], 100.4), CODE), with_code(entry(KEYS[3], 201.2), CODE),
+                with_code(entry(BWD[0], 330.0), changed), with_code(entry(BWD[1], 401.2), CODE)])
+    return compare(base, cand, GatePolicy())
+
+
+def sections(textual: str, start: str, other: str) -> tuple[str, str]:
+    """The text from `start` to `other` and from `other` on (the forward and the backward part)."""
+    first, second = textual.index(start), textual.index(other)
+    return textual[first:second], textual[second:]
+
+
+def test_a_backward_regression_shows_only_in_the_backward_section_and_tally():
+    c = two_pass_comparison()
+    assert report.tally_line(c) == ("fwd: 0 improvements, 2 ok, 0 regressions, 0 invalid of 2 shapes; "
+                                    "bwd: 0 improvements, 1 ok, 1 regression, 0 invalid of 2 shapes")
+    md = report.markdown(c)
+    fwd, bwd = sections(md, "## Forward (fwd)", "## Backward (bwd)")
+    assert "regression" not in fwd.replace("0 regressions", "") and BWD[0] not in fwd
+    assert "### bwd: regressions" in bwd and f"`{BWD[0]}`" in bwd.split("### bwd: all shapes")[0]
+    txt = report.text(c)
+    fwd, bwd = sections(txt, "Forward (fwd)", "Backward (bwd)")
+    assert not re.search(r"^regression", fwd, re.M)
+    assert re.search(rf"^regression .* {BWD[0]}", bwd, re.M)
+    page = report.html_page(c, b"")
+    fwd, bwd = sections(page, '<section id="pass-fwd">', '<section id="pass-bwd">')
+    assert 'class="regression' not in fwd and bwd.count('<tr class="regression') == 1
+    # every number in the tables is the comparison JSON's, in the section of its pass
+    for shape in c.to_dict()["shapes"]:
+        part = fwd if shape["pass"] == "fwd" else bwd
+        assert f"<td>{shape['key']}</td>" in part
+        assert f"<td>{shape['delta_pct']:+.1f}</td>" in part.split(shape["key"])[1].split("</tr>")[0]
+
+
+def test_identical_code_objects_are_marked_as_an_aa_sample_in_every_form():
+    c = two_pass_comparison()
+    md = report.markdown(c)
+    rows = {line.split("`")[1]: line for line in md.splitlines() if line.startswith("| `")}
+    assert [rows[k].split(" | ")[report.COLUMNS.index("same code")] for k in KEYS[0:1] + KEYS[3:] + BWD] == \
+        ["yes", "yes", "no", "yes"]
+    # |delta| of the forward pair: 0.4 % and 0.6 %; of the unchanged backward shape 0.3 %
+    fwd_line = ("2 of 2 shapes ran identical code objects on both sides: their deltas are an A/A sample "
+                "(median |delta| 0.50 %, max 0.60 %; 0 beyond threshold)")
+    bwd_line = ("1 of 2 shapes ran identical code objects on both sides: their deltas are an A/A sample "
+                "(median |delta| 0.30 %, max 0.30 %; 0 beyond threshold)")
+    for form in (md, report.text(c), report.html_page(c, b"")):
+        fwd, bwd = sections(form, "Forward (fwd)", "Backward (bwd)")
+        assert fwd_line in fwd and bwd_line in bwd
+    assert [line.split()[-1] for line in report.text(c).splitlines() if line.endswith("SAME CODE")] == ["CODE"] * 3
+    assert report.html_page(c, b"").count(" same-code\"") == 3
+    # a same-code shape flagged beyond its threshold is a false call and is counted as one; a
+    # failed shape has no delta; a shape without code objects is unknown
+    base = doc([with_code(entry(k, 100.0), CODE) for k in KEYS[:3]] + [entry(KEYS[3], 100.0)])
+    cand = doc([with_code(entry(KEYS[0], 106.0), CODE), with_code(entry(KEYS[1], 99.0), CODE),
+                with_code(entry(KEYS[2], None, error="launch failed"), CODE), entry(KEYS[3], 100.0)])
+    line = report.same_code_line(list(compare(base, cand, GatePolicy()).shapes))
+    assert line == ("3 of 4 shapes ran identical code objects on both sides: their deltas are an A/A sample "
+                    "(median |delta| 3.50 %, max 6.00 %, over the 2 with a delta; 1 beyond threshold); "
+                    "code objects unknown for 1")
+
+
+def test_the_plot_has_one_panel_per_pass():
+    one = Image.open(io.BytesIO(report.plot_png(reference_comparison())))
+    two = Image.open(io.BytesIO(report.plot_png(two_pass_comparison())))
+    assert one.size[1] == 550 and two.size[1] == 1000
+
+
+def test_a_one_pass_comparison_has_no_section_of_the_other_pass():
+    forward = reference_comparison()                  # no code objects recorded either
+    assert report.tally_line(forward).startswith("fwd: ") and "bwd" not in report.tally_line(forward)
+    for form in (report.markdown(forward), report.text(forward), report.html_page(forward, b"")):
+        assert "Forward (fwd)" in form and "Backward" not in form and "Same code" not in form
+    base = doc([entry(k, 300.0) for k in BWD])
+    backward = compare(base, doc([entry(BWD[0], 301.0), entry(BWD[1], 360.0)]), GatePolicy())
+    assert report.tally_line(backward) == "bwd: 0 improvements, 1 ok, 1 regression, 0 invalid of 2 shapes"
+    for form in (report.markdown(backward), report.text(backward), report.html_page(backward, b"")):
+        assert "Backward (bwd)" in form and "Forward" not in form
+    assert "pass-fwd" not in report.html_page(backward, b"")
 
 
 def test_calibration_counts_false_regressions_and_planted_catches():
