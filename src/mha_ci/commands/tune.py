@@ -41,7 +41,8 @@ def register(sub) -> None:
     tune.add_argument("--from-report", type=Path, help="a mha-ci.perf-compare/1 file: tune the buckets with "
                                                        "regressions, on the regressed shapes")
     tune.add_argument("--pass", dest="pass_", choices=("forward", "backward"), default="forward",
-                      help="backward: plan and prune only (perf workloads time the forward pass)")
+                      help="the config section to tune: forward buckets on the forward (fwd) workload "
+                           "shapes, backward buckets on the backward step (bwd) shapes")
     tune.add_argument("--out", type=Path, help="the tune folder (default: <root>/out/tune-<arch>-<toolchain>)")
     tune.add_argument("--from", dest="from_dir", type=Path, help="propose: the tune folder to read")
     tune.add_argument("--dry-run", action="store_true", help="plan and prune on the CPU, print, stop")
@@ -79,9 +80,6 @@ def handle(args) -> int:
     print(f"mha-ci tune: plan in {out / 'plan.json'} ({time.monotonic() - started:.1f} s)", file=sys.stderr)
     if args.dry_run:
         return ExitCode.OK
-    if plan["pass"] != "forward":
-        raise ConfigError("GPU timing tunes the forward pass only (the perf workloads time the forward pass); "
-                          "use --dry-run for backward buckets", key="--pass")
     from mha_ci.tune import session
 
     return session.gpu_phases(args, pipeline, executor, out, plan, deadline=time.time() + args.budget_s)
@@ -97,9 +95,10 @@ def _plan(args, pipeline, executor, out: Path) -> dict:
 
     report = targets.read_report(args.from_report) if args.from_report else None
     _, workloads = selected_workloads(args.root, "full")
-    chosen = targets.choose([w.to_dict() for w in workloads], args.bucket, report)
+    chosen = targets.choose([w.to_dict() for w in workloads], args.bucket, report, args.pass_)
     if not chosen:
-        raise ConfigError("nothing to tune: no bucket selected (the report has no regression?)", key="--bucket")
+        raise ConfigError(f"nothing to tune: no bucket selected (the report has no {args.pass_} regression?)",
+                          key="--bucket")
     old = outdir.read_json(out / "plan.json")
     digest = hashlib.sha256(rules.config_file(args.root, args.arch).read_bytes()).hexdigest()
     if (old and old.get("arch") == args.arch and old.get("toolchain") == args.toolchain

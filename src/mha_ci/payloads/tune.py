@@ -16,15 +16,19 @@ resources read from the code objects. Results go through the checksums compile c
 second `--dry-run` compiles nothing.
 
 time: per shape of the plan, in one process, the current config (config=None: the shipped file,
-exactly as users get it) and every candidate of the shape's bucket (config= overrides) are
-compiled, warmed up, and timed in turns: each rep times every config once, in an order that
-reverses every other rep (ABBA), so drift between reps lands on all sides alike and the
-candidate/current ratio is taken within one run. Dispatches per rep are sized on the current
+exactly as users get it) and every candidate of the shape's bucket (config= overrides of the
+shape's config section only) are compiled, warmed up, and timed in turns. The timed call is the
+perf payload's for the shape's pass (mha_ci.payloads.perf): the forward call for a `fwd` shape,
+the whole backward step after one untimed forward for a `bwd` one (`backward_of`). Each rep
+times every config once, in an order that reverses every other rep (ABBA), so drift between
+reps lands on all sides alike and the candidate/current ratio is taken within one run. Dispatches per rep are sized on the current
 config and used for all. Each finished shape is appended as one JSON line to --results at once
 (a killed run keeps every finished shape); shapes already in the file with the same configs are
 skipped (resume). With --deadline, no shape is started after that time.
 Each candidate's output is also compared with the current config's on the same inputs
-(`max_abs_diff`): a candidate that computes something else is seen before any correctness job.
+(`max_abs_diff`; for a backward step, whose gradients have no fixed scale, also `max_rel_diff`:
+per gradient, the largest difference over the current config's largest magnitude): a candidate
+that computes something else is seen before any correctness job.
 
 Exit: 0 results written, 3 no GPU or a pin mismatch, 4 nothing could be produced.
 """
@@ -92,7 +96,9 @@ def compile_mode(args) -> int:
     for item in request["items"]:
         arch = item["arch"]
         try:
-            specs = launch.kernel_specs(_problem(launch, item["problem"]), arch, item["config"])
+            # nested under its pass: a backward candidate's num_warps must not reach the forward
+            # kernel (nor its guards), and the other way round
+            specs = launch.kernel_specs(_problem(launch, item["problem"]), arch, {item["pass"]: item["config"]})
         except config_mod.ConfigFileError as exc:        # a guard refused it
             results[item["key"]] = {"error": f"refused by the kernel: {exc}", "kernels": {}}
             continue
@@ -130,17 +136,48 @@ def compile_mode(args) -> int:
 
 # time -------------------------------------------------------------------------------------------
 
-def _call(torch, shape: dict, inputs: dict, config: dict | None):
-    import mha
+def _forward(config: dict | None):
+    """The forward factory (torch, shape, inputs) -> call, like the perf payload's mha_forward,
+    with a config override."""
+    def make(torch, shape: dict, inputs: dict):
+        import mha
 
-    kw = dict(dropout_p=shape.get("dropout_p", 0.0), causal=shape["causal"],
-              window_size=tuple(shape.get("window", (-1, -1))), sink=inputs["sink"], config=config)
-    q, k, v = inputs["q"], inputs["k"], inputs["v"]
-    if shape["layout"] == "varlen":
-        args = (q, k, v, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"], inputs["max_seqlen_q"],
-                inputs["max_seqlen_k"])
-        return lambda: mha.flash_attn_varlen_func(*args, **kw)
-    return lambda: mha.flash_attn_func(q, k, v, **kw)
+        kw = dict(dropout_p=shape.get("dropout_p", 0.0), causal=shape["causal"],
+                  window_size=tuple(shape.get("window", (-1, -1))), sink=inputs["sink"], config=config)
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        if shape["layout"] == "varlen":
+            args = (q, k, v, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"], inputs["max_seqlen_q"],
+                    inputs["max_seqlen_k"])
+            return lambda: mha.flash_attn_varlen_func(*args, **kw)
+        return lambda: mha.flash_attn_func(q, k, v, **kw)
+    return make
+
+
+def timed_call(torch, shape: dict, inputs: dict, config: dict | None):
+    """The call the perf gate times for the shape's pass, with `config` (a bucket config of that
+    pass, or None: the shipped file) overriding the kernels of that pass only."""
+    from mha_ci.payloads.perf import backward_of, pass_of
+    from mha_ci.perf.shapes import CONFIG_PASS
+
+    forward = _forward({CONFIG_PASS[pass_of(shape)]: config} if config else None)
+    make = backward_of(forward) if pass_of(shape) == "bwd" else forward
+    return make(torch, shape, inputs)
+
+
+def _tensors(result) -> list:
+    """The forward's output, or the backward step's gradients (dq, dk, dv[, dsink])."""
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def output_diff(mine: list, ref: list, relative: bool) -> dict:
+    """max_abs_diff over every output; with `relative`, max_rel_diff: per output its largest
+    difference over the reference's largest magnitude, the largest of those."""
+    diffs = [float((a.float() - b.float()).abs().max()) if b.numel() else 0.0 for a, b in zip(mine, ref)]
+    found = {"max_abs_diff": max(diffs, default=0.0)}
+    if relative:
+        scales = [float(b.float().abs().max()) if b.numel() else 0.0 for b in ref]
+        found["max_rel_diff"] = max((d / s if s else d for d, s in zip(diffs, scales)), default=0.0)
+    return found
 
 
 def done_shapes(path: Path) -> dict[str, set]:
@@ -164,29 +201,34 @@ def rep_order(ids: list[str], rep: int) -> list[str]:
 
 def time_shape(torch, timer, shape: dict, configs: dict, method, seed: int, device: str) -> dict:
     """Every config of `configs` (id -> override or None) timed in turns on one shape's inputs."""
-    from mha_ci.payloads.perf import make_inputs
+    from mha_ci.payloads.perf import make_inputs, pass_of
     from mha_ci.perf.stats import dispatches_per_rep, shape_stats
 
     inputs = make_inputs(torch, shape, device, seed)
+    backward = pass_of(shape) == "bwd"
     row: dict[str, dict] = {}
-    calls, outputs = {}, {}
-    for cid, cfg in configs.items():
+    calls, ref = {}, None
+    # the current config first: every candidate's output is compared with its output at once,
+    # so at most two outputs (two sets of gradients) are held
+    for cid in sorted(configs, key=lambda c: c != CURRENT):
         try:
-            call = _call(torch, shape, inputs, cfg)
+            call = timed_call(torch, shape, inputs, configs[cid])
             t0 = time.perf_counter()
-            outputs[cid] = call().float()
+            output = _tensors(call())
             if device == "cuda":
                 torch.cuda.synchronize()
             row[cid] = {"first_call_s": round(time.perf_counter() - t0, 3), "error": None}
             calls[cid] = call
         except Exception as exc:  # noqa: BLE001 - one failing candidate must not lose the others
             row[cid] = {"error": f"{type(exc).__name__}: {exc}"[:400], "stats": None}
+            continue
+        if cid == CURRENT:
+            ref = output
+        if ref is not None:
+            row[cid].update(output_diff(output, ref, relative=backward))
+        del output
     if CURRENT not in calls:
         return row
-    ref = outputs[CURRENT]
-    for cid in calls:
-        row[cid]["max_abs_diff"] = float((outputs[cid] - ref).abs().max()) if ref.numel() else 0.0
-    outputs.clear()     # free the GPU memory of the outputs before timing
     estimates = {}
     for cid, call in calls.items():
         warm = sorted(timer.one(call) for _ in range(method.warmup))

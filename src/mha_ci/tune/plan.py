@@ -105,13 +105,14 @@ def render(plan: dict) -> str:
         # a replacement guard acts on many candidates alike: said once per bucket
         shared = sorted({n for c in b["candidates"] for n in c["notes"] if " replaces " in n})
         lines += [f"  note (candidates marked *): {n}" for n in _guard_names(shared)]
+        width = max((len(c["id"]) for c in b["candidates"]), default=0) + 1
         for c in b["candidates"]:
             res = "; ".join(f"{k} smem {v['shared_bytes']} regs {v['registers']} spills {v['spills']}"
                             for k, v in c["resources"].items()) or "not compiled"
             verdict = f"PRUNED {c['pruned']}: {c['why']}" if c["pruned"] else "keep"
             star = "*" if any(n in shared for n in c["notes"]) else " "
-            lines.append(f"  {c['id']:<21}{star} {str(c['config']):<64} {res:<44} {verdict}")
-            lines += [f"  {'':<22} note: {n}" for n in c["notes"] if n not in shared]
+            lines.append(f"  {c['id']:<{width}}{star} {str(c['config']):<64} {res:<44} {verdict}")
+            lines += [f"  {'':<{width + 1}} note: {n}" for n in c["notes"] if n not in shared]
     return "\n".join(lines) + "\n"
 
 

@@ -2,10 +2,12 @@
 (mha_ci.tune.outdir) and stops starting work at the deadline; a later call resumes.
 
 time    per bucket, one payload process times the current config and up to --max-candidates
-        survivors on every shape of the bucket, in turns (mha_ci.payloads.tune);
+        survivors on every shape of the bucket, in turns (mha_ci.payloads.tune): the forward
+        call for forward buckets, the whole backward step for backward ones;
 verify  the chosen config of each changed bucket against the current one, again in one process,
-        on every shape of the full workload set in that bucket (shapes of unchanged buckets run
-        the same code objects before and after: `propose` shows their records unchanged);
+        on every shape of the full workload set of the tuned pass in that bucket (shapes of
+        unchanged buckets, and of the other pass, run the same code objects before and after:
+        `propose` shows their records unchanged);
 check   the correctness job of the arch and toolchain, narrowed to the attention tests, on a
         copy of the checkout whose config file holds the proposal.
 """
@@ -109,16 +111,13 @@ def verify(args, pipeline, executor, out: Path, plan: dict, choices: dict, deadl
     """Time current vs chosen on the full set's shapes of the changed buckets; True when done."""
     from mha_ci.perf.measure import selected_workloads
     from mha_ci.perf.buckets import bucket_of
-    from mha_ci.tune.targets import shape_of
 
     changed = {b: c["config"] for b, c in choices.items() if c["choice"]}
     if not changed:
         return True
     _, workloads = selected_workloads(args.root, "full")
-    shapes = [{**w.to_dict(), "bucket": bucket_of(w.shape)} for w in workloads]
+    shapes = [{**w.to_dict(), "bucket": bucket_of(w.shape)} for w in workloads if w.shape.config_pass == plan["pass"]]
     shapes = [s for s in shapes if s["bucket"] in changed]
-    for s in shapes:
-        shape_of(s)
     outdir.write_json(out / "verify" / "plan.json", {"arch": plan["arch"], "shapes": shapes,
                                                      "configs": {b: {"proposed": cfg} for b, cfg in changed.items()}})
     log(f"verify: {len(shapes)} shapes of {', '.join(changed)} (the full set), current vs proposed")

@@ -1,8 +1,8 @@
 """What to tune: the buckets and their shapes, from the workload set or from a compare report.
 
-The perf workloads time the forward pass only (mha_ci.perf.buckets.PERF_PASS), so GPU timing
-tunes forward buckets; backward buckets can be enumerated and pruned (`--pass backward
---dry-run`) but have no timing path (docs/tune.md, "Gaps").
+A tune run tunes one config section (`--pass forward|backward`); its targets are the workload
+shapes of that pass only (a `fwd` shape runs the forward kernel, a `bwd` one the backward step,
+mha_ci.perf.shapes), each in the bucket of that section (mha_ci.perf.buckets.bucket_of).
 """
 from __future__ import annotations
 
@@ -38,8 +38,15 @@ def read_report(path: Path) -> dict:
     return doc
 
 
-def choose(workloads: list[dict], buckets: list[str] | None, report: dict | None) -> list[BucketTarget]:
-    """Buckets named (or, with a report, those with regressions; else every bucket with shapes),
+def of_pass(entry: dict, pass_: str) -> bool:
+    """Whether a workload entry or report row times the kernels of config section `pass_`."""
+    return shape_of(entry).config_pass == pass_
+
+
+def choose(workloads: list[dict], buckets: list[str] | None, report: dict | None,
+           pass_: str = "forward") -> list[BucketTarget]:
+    """Shapes of config section `pass_` only (the others run kernels this run does not change).
+    Buckets named (or, with a report, those with regressions; else every bucket with shapes),
     each with all of the bucket's workload shapes; with a report, its regressed shapes are named
     (`regressed`: what the search tries to recover) and added if the workload set lacks them.
     Every shape of the bucket is timed because one config serves them all: a candidate chosen on
@@ -49,6 +56,7 @@ def choose(workloads: list[dict], buckets: list[str] | None, report: dict | None
     for name in buckets or []:
         if name not in BUCKETS:
             raise ConfigError(f"unknown bucket {name!r}; known: {', '.join(BUCKETS)}", key="--bucket")
+    workloads = [w for w in workloads if of_pass(w, pass_)]
     by_key = {w["key"]: w for w in workloads}
     targets: dict[str, BucketTarget] = {}
     if report is not None:
@@ -56,6 +64,8 @@ def choose(workloads: list[dict], buckets: list[str] | None, report: dict | None
             if row.get("status") != "regression":
                 continue
             entry = by_key.get(row["key"]) or {"key": row["key"], "shape": row["shape"], "tags": row.get("tags", [])}
+            if not of_pass(entry, pass_):
+                continue
             bucket = bucket_of(shape_of(entry))
             if buckets and bucket not in buckets:
                 continue
