@@ -1,5 +1,6 @@
 """The venv and host executors: clean environment, pin check as exit 3, streaming, timeouts, and
-the venv cache (named by lock hash, built atomically, built once under concurrency).
+the venv cache (named by lock hash, built atomically, built once under concurrency, checked against
+pip's RECORD before reuse, stale build folders removed).
 
 The venv tests build tiny environments from a one-package lock (iniconfig, a few seconds each);
 the real toolchain environments are built by the slow tests in test_run_correctness.py.
@@ -167,3 +168,73 @@ def test_missing_lock_file_is_an_environment_problem(tmp_path):
     executor = VenvExecutor(tmp_path, cache=tmp_path / "cache", stream=io.StringIO())
     with pytest.raises(EnvironmentProblem, match="does not exist"):
         executor.ensure_env(_toolchain("gone", {}, lock=tmp_path / "nope.lock"))
+
+
+# A stand-in for a built environment, made in milliseconds: the marker, bin/python, and one
+# installed package whose RECORD lists its files (what pip leaves behind).
+def _fake_env(executor: VenvExecutor, target: Path) -> None:
+    import json
+    import sys
+    site = target / "lib" / "python3.11" / "site-packages"
+    (site / "iniconfig").mkdir(parents=True)
+    (site / "iniconfig" / "__init__.py").write_text("VERSION = '2.3.1'\n")
+    info = site / "iniconfig-2.3.1.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text("iniconfig/__init__.py,sha256=x,18\niniconfig/__pycache__/__init__.cpython-311.pyc,,\n"
+                                 "iniconfig-2.3.1.dist-info/RECORD,,\n")
+    (target / "bin").mkdir()
+    (target / "bin" / "python").symlink_to(sys.executable)
+    (target / MARKER).write_text(json.dumps({"base_python_version": executor._base_version()}))
+
+
+@pytest.fixture
+def fake_builds(tmp_path, tiny_lock, monkeypatch) -> tuple[VenvExecutor, Toolchain, list[Path]]:
+    executor = VenvExecutor(tmp_path, cache=tmp_path / "cache", stream=io.StringIO())
+    builds: list[Path] = []
+
+    def build(toolchain, target):
+        builds.append(target)
+        _fake_env(executor, target)
+    monkeypatch.setattr(executor, "_build", build)
+    return executor, _toolchain("tiny", {"iniconfig": "2.3.1"}, lock=tiny_lock), builds
+
+
+def test_a_cached_venv_missing_an_installed_file_is_rebuilt(fake_builds):
+    executor, toolchain, builds = fake_builds
+    env = executor.ensure_env(toolchain)
+    assert VenvExecutor(executor.root, cache=executor.venvs.parent).ensure_env(toolchain) == env and len(builds) == 1
+    (env / "lib" / "python3.11" / "site-packages" / "iniconfig" / "__init__.py").unlink()
+    fresh = VenvExecutor(executor.root, cache=executor.venvs.parent, stream=io.StringIO())
+    fresh._build = executor._build          # type: ignore[method-assign]
+    assert fresh.ensure_env(toolchain) == env and len(builds) == 2
+    assert "iniconfig/__init__.py" in fresh.stream.getvalue()       # type: ignore[attr-defined]
+
+
+def test_a_venv_still_damaged_after_its_rebuild_is_an_environment_problem(fake_builds, monkeypatch):
+    executor, toolchain, builds = fake_builds
+    build = executor._build
+
+    def broken_build(toolchain, target):
+        build(toolchain, target)
+        (target / "lib" / "python3.11" / "site-packages" / "iniconfig-2.3.1.dist-info" / "RECORD").unlink()
+    monkeypatch.setattr(executor, "_build", broken_build)
+    with pytest.raises(EnvironmentProblem, match="iniconfig"):
+        executor.ensure_env(toolchain)
+
+
+def test_stale_build_folders_are_removed_but_not_one_in_progress(fake_builds):
+    import fcntl
+    executor, toolchain, builds = fake_builds
+    venvs = executor.venvs
+    venvs.mkdir(parents=True)
+    name = executor.env_path(toolchain).name
+    killed_here = venvs / f".{name}.building-abc123"            # this environment's build, killed
+    killed_other = venvs / ".other-0123456789ab.building-def456"  # an older lock's build, killed
+    in_progress = venvs / ".busy-0123456789ab.building-ghi789"   # another process builds it now
+    for folder in (killed_here, killed_other, in_progress):
+        (folder / "lib").mkdir(parents=True)
+    with open(venvs / ".busy-0123456789ab.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        executor.ensure_env(toolchain)
+        assert not killed_here.exists() and not killed_other.exists()
+        assert in_progress.is_dir()
