@@ -238,3 +238,86 @@ def test_stale_build_folders_are_removed_but_not_one_in_progress(fake_builds):
         executor.ensure_env(toolchain)
         assert not killed_here.exists() and not killed_other.exists()
         assert in_progress.is_dir()
+
+
+# --------------------------------------------------------------------------- docker image choice
+
+class _Image:
+    def __init__(self, client: "_Docker", id_: str, labels: dict[str, str]) -> None:
+        self.client, self.id, self.labels, self.attrs = client, id_, labels, {}
+
+    def tag(self, repository: str, tag: str) -> None:
+        self.client.images.store[f"{repository}:{tag}"] = self
+
+
+class _Images:
+    def __init__(self, client: "_Docker") -> None:
+        self.client, self.store, self.registry = client, {}, {}
+
+    def get(self, reference: str) -> _Image:
+        import docker.errors
+        if reference not in self.store:
+            raise docker.errors.ImageNotFound(reference)
+        return self.store[reference]
+
+    def pull(self, reference: str) -> _Image:
+        import docker.errors
+        if reference not in self.registry:
+            raise docker.errors.NotFound(f"manifest unknown: {reference}")
+        self.store[reference] = self.registry[reference]
+        return self.store[reference]
+
+
+class _Docker:
+    """What ensure_image asks of a docker client, with images held in dictionaries."""
+
+    def __init__(self) -> None:
+        self.images = _Images(self)
+
+
+@pytest.fixture
+def image_setup(pipeline_root, tmp_path, monkeypatch):
+    from mha_ci.containers import engine
+    from mha_ci.containers.images import content_digest, discover
+    from mha_ci.model.loader import load_pipeline
+    monkeypatch.setenv("MHA_CI_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MHA_CI_REGISTRY", raising=False)
+    spec = discover(load_pipeline(pipeline_root).toolchains.values())[0]
+    client = _Docker()
+    client.images.store[spec.base_image] = _Image(client, "sha256:base", {})
+    builds: list[str] = []
+
+    def build(client_, spec_, base, tag, t0, log):
+        builds.append(tag)
+        client_.images.store[tag] = _Image(client_, "sha256:fresh", {engine.LABEL_CONTENT_DIGEST: content_digest(spec_)})
+        return engine.BuiltImage(tag, "sha256:fresh", spec_.base_image, "d", True, 0.0)
+    monkeypatch.setattr(engine, "_build_locked", build)
+    return client, spec, builds, content_digest(spec)
+
+
+def test_a_local_image_is_used_when_its_content_digest_matches(image_setup):
+    from mha_ci.containers.engine import LABEL_CONTENT_DIGEST, ensure_image
+    client, spec, builds, digest = image_setup
+    client.images.store[spec.reference()] = _Image(client, "sha256:ok", {LABEL_CONTENT_DIGEST: digest})
+    assert ensure_image(client, spec, build=False, log=lambda line: None).id == "sha256:ok" and builds == []
+
+
+@pytest.mark.parametrize("labels", [{}, {"mha-ci.content-digest": "0123456789ab"}], ids=["unlabelled", "other"])
+def test_a_local_image_whose_digest_differs_is_rebuilt_or_refused(image_setup, labels):
+    from mha_ci.containers.engine import ensure_image
+    client, spec, builds, digest = image_setup
+    client.images.store[spec.reference()] = _Image(client, "sha256:planted", labels)
+    with pytest.raises(EnvironmentProblem, match=f"content digest .*{digest}"):
+        ensure_image(client, spec, build=False, log=lambda line: None)
+    lines: list[str] = []
+    assert ensure_image(client, spec, log=lines.append).id == "sha256:fresh" and builds == [spec.reference()]
+    assert any("rebuilding" in line for line in lines), lines
+
+
+def test_a_pulled_image_whose_digest_differs_is_not_used(image_setup, monkeypatch):
+    from mha_ci.containers.engine import ensure_image
+    client, spec, builds, digest = image_setup
+    monkeypatch.setenv("MHA_CI_REGISTRY", "ghcr.io/owner/repo")
+    client.images.registry[spec.reference()] = _Image(client, "sha256:from-a-pull-request", {})
+    with pytest.raises(EnvironmentProblem, match="content digest"):
+        ensure_image(client, spec, build=False, log=lambda line: None)

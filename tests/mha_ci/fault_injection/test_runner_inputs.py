@@ -195,3 +195,20 @@ def test_a_second_run_into_an_out_folder_in_use_is_refused(pipeline_root, tmp_pa
     assert second == [2]
     assert "in use by another" in capsys.readouterr().err
     assert json.loads((out / "results.json").read_text())["status"] == "finished"
+
+
+@pytest.mark.parametrize("value", ["ghcr.io/../../x", "ghcr.io/owner/..", "ghcr.io/./repo", "ghcr.io//repo",
+                                   "ghcr.io/owner/-repo", "ghcr.io/owner/repo.", "-ghcr.io/owner", "ghcr..io/owner",
+                                   "ghcr.io:99999999/owner", "ghcr.io/owner/re___po"])
+def test_a_registry_that_is_not_an_image_reference_is_a_usage_error(value):
+    from mha_ci.containers.images import registry
+    from mha_ci.errors import ConfigError
+    with pytest.raises(ConfigError, match="MHA_CI_REGISTRY"):
+        registry({"MHA_CI_REGISTRY": value})
+
+
+@pytest.mark.parametrize("value", ["ghcr.io/owner/repo", "127.0.0.1:5000/owner/repo", "localhost/mha-ci",
+                                   "registry.example.com/a/b-c/d__e", "ghcr.io/owner/repo.name_x"])
+def test_registry_paths_that_are_references_are_accepted(value):
+    from mha_ci.containers.images import registry
+    assert registry({"MHA_CI_REGISTRY": value}) == value
