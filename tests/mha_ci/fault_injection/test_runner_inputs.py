@@ -143,12 +143,17 @@ def _no_space(*args, **kwargs):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def test_a_full_disk_under_out_is_an_environment_error_not_a_crash(pipeline_root, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("failing", ["job files", "results"])
+def test_a_full_disk_under_out_is_an_environment_error_not_a_crash(pipeline_root, tmp_path, monkeypatch, capsys,
+                                                                   failing):
     from mha_ci.jobs import runner
     from mha_ci.jobs.correctness.job import run_job
     out = tmp_path / "out"
     runner.register("correctness", lambda job, pipeline, executor, o: run_job(job, pipeline, _CollectOnly(), o))
-    monkeypatch.setattr(Path, "write_text", _no_space)
+    if failing == "job files":
+        monkeypatch.setattr(Path, "write_text", _no_space)
+    else:
+        monkeypatch.setattr(os, "fsync", _no_space)
     try:
         code = cli(["--root", str(pipeline_root), "run", "--job", "correctness-interpreter-triton-3.4-1of2",
                     "--executor", "host", "--out", str(out)])
@@ -156,6 +161,7 @@ def test_a_full_disk_under_out_is_an_environment_error_not_a_crash(pipeline_root
         runner.unregister("correctness")
     assert code == 3
     assert "No space left on device" in capsys.readouterr().err
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_an_atomic_write_that_fails_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
