@@ -9,6 +9,8 @@ Besides the fields docs/architecture.md fixes, each record carries what `explain
 checksum moved: the kernel and pass, num_warps / num_stages, the effective config of its
 bucket and its hash, and a hash of the kernel's source (comments stripped). Records are sorted
 by key and the file is written atomically, so a stored file changes only where a variant did.
+A fresh file (the payload's) adds run details: determinism, errors, refused (compiles stopped
+over the shared memory limit), stats. `load` checks every field and type: these files gate merges.
 Standard library only (read on both sides of the executor boundary).
 """
 from __future__ import annotations

@@ -54,6 +54,13 @@ def read_stored(path: Path) -> records_mod.CodeObjectFile:
                           "rewrite it with `mha-ci checksums update`", file=exc.source) from None
 
 
+def check_stored(root: Path, toolchain: str) -> None:
+    """judge and update read the stored file after the compile: refuse a broken one before it."""
+    path = stored_path(root, toolchain)
+    if path.exists():
+        read_stored(path)
+
+
 def cache_dir(root: Path) -> Path:
     """$MHA_CI_CHECKSUMS_CACHE, else <$MHA_CI_CACHE or <root>/.cache/mha-ci>/checksums."""
     if os.environ.get("MHA_CI_CHECKSUMS_CACHE"):
@@ -97,9 +104,7 @@ def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Execu
     toolchain = toolchain.on(platform)
     if not targets:
         raise MhaCiError("no arch with a compile_target selected (archs.yaml compile_target)")
-    stored = stored_path(root, toolchain.name)
-    if stored.exists():
-        read_stored(stored)          # judge and update read it after the compile: refuse a broken one now
+    check_stored(root, toolchain.name)
     relative = f"{OUT_SUBDIR}/{toolchain.name}.json"
     args = ["compute", "--out", relative, "--package", package, "--determinism-sample", str(determinism_sample)]
     args += _target_args(targets)

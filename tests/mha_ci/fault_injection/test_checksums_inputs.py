@@ -113,6 +113,16 @@ def test_corrupt_stored_records_are_exit_2_naming_the_file_before_any_compile(ch
     assert (root / STORED).read_bytes() == raw                 # update left it as it was
 
 
+def test_every_toolchain_stored_file_is_checked_before_the_first_compile(checkout, capsys):
+    root, state = checkout
+    broken = root / STORED.with_name("triton-3.4.json")
+    broken.write_text("{")
+    assert main(["--root", str(root), "checksums", "verify", "--toolchain", "triton-3.8,triton-3.4", "--arch",
+                 "sm90", "--out", str(root / "out")]) == 2
+    assert f"{broken}: stored checksums unreadable" in capsys.readouterr().err
+    assert state["payload"].runs == [], "triton-3.8 compiled before triton-3.4's stored file was checked"
+
+
 def test_stored_records_that_are_a_folder_are_exit_2(checkout, capsys):
     root, state = checkout
     (root / STORED).unlink()
