@@ -280,7 +280,7 @@ def check_dropout(dropout_p) -> float:
 # Only what depends on the values alone is cached (first entry, monotonicity, last entry, longest
 # sequence); the checks against this call's totals and max_seqlen run every time, from the cache.
 _CU_CACHE_LIMIT = 256
-_UNCACHED_DEVICE_TYPES = frozenset({"cpu"})
+_CACHE_CPU_TENSORS = False  # the cache is for GPU tensors; its tests turn it on for the CPU
 _cu_cache: dict[int, tuple] = {}
 _cu_cache_lock = threading.Lock()
 _host_values = torch.Tensor.tolist  # the device-to-host read; a module attribute so tests can count it
@@ -288,7 +288,7 @@ _host_values = torch.Tensor.tolist  # the device-to-host read; a module attribut
 
 def _cu_state(cu: torch.Tensor):
     """The cache key of cu's values, or None when they must be read on every call."""
-    if cu.device.type in _UNCACHED_DEVICE_TYPES:
+    if cu.is_cpu and not _CACHE_CPU_TENSORS:
         return None
     try:
         version = cu._version

@@ -245,7 +245,7 @@ def host_reads(monkeypatch):
 def cached_like_a_gpu(monkeypatch):
     """The cache of cu_seqlens summaries serves GPU tensors only (a read there is a sync); these
     tests exercise it on whatever device they run, the CPU included."""
-    monkeypatch.setattr(V, "_UNCACHED_DEVICE_TYPES", frozenset())
+    monkeypatch.setattr(V, "_CACHE_CPU_TENSORS", True)
 
 
 def test_cpu_cu_seqlens_are_read_every_call(host_reads, device):
