@@ -31,6 +31,12 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse, sink, cu_q, cu_k = ctx.saved_tensors
+        if ctx.geo.varlen:
+            # The saved cu_seqlens are launched with again. Autograd refuses a versioned in-place
+            # write since the forward; this sees one that bypassed the version counter (on the
+            # CPU, where the values are re-read) before the kernels could index past the totals.
+            validation.check_cu_seqlens(cu_q, cu_k, q.shape[0], k.shape[0], ctx.geo.seqlen_q, ctx.geo.seqlen_k,
+                                        q.device)
         # dO comes from autograd with any strides: a contiguous copy has the layout of out, whose
         # in-slice offsets were checked before the forward launch.
         if dout.stride(-1) != 1 or validation.slice_max_offset(dout, ctx.geo.seqlen_q) > validation.INT32_MAX:
@@ -80,6 +86,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     b, sq, hq, _ = q.shape
     out_meta = torch.empty((b, sq, hq, v.shape[-1]), device="meta")  # allocated contiguous
     validation.check_attention_offsets(q, k, v, sq, k.shape[1], out_meta)
+    validation.check_has_data(q=q, k=k, v=v)
     geo = launch.Geometry(batch=b, seqlen_q=sq, seqlen_k=k.shape[1], heads_q=hq, heads_k=k.shape[2], varlen=False)
     out, lse = _FlashAttention.apply(q, k, v, sink, None, None, geo, scale, causal, window, p, config)
     return (out, lse) if return_lse else out
@@ -99,6 +106,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                                        max_seqlen_q, max_seqlen_k, q.device)
     out_meta = torch.empty((q.shape[0], q.shape[1], v.shape[-1]), device="meta")  # allocated contiguous
     validation.check_attention_offsets(q, k, v, longest_q, longest_k, out_meta)
+    validation.check_has_data(q=q, k=k, v=v)
     geo = launch.Geometry(batch=cu_seqlens_q.shape[0] - 1, seqlen_q=longest_q, seqlen_k=longest_k,
                           heads_q=q.shape[1], heads_k=k.shape[1], varlen=True)
     out, lse = _FlashAttention.apply(q, k, v, sink, cu_seqlens_q, cu_seqlens_k, geo, scale, causal, window,

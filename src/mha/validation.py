@@ -8,7 +8,8 @@ so tensors may have any number of elements (a decode KV cache of 12.9e9 elements
 inside one slice (row * stride_s + column, row < the (longest) sequence length) stay int32 because
 they are per-element work in the inner loops; `check_slice_offsets` raises `IndexOverflowError`
 when they would not fit. The dropout counter (row * seqlen_k + col, `check_rng_range`) is int32 too.
-The checks use only sizes and strides, so they work on device="meta" tensors.
+The checks use only sizes and strides, so they work on device="meta" tensors; `check_has_data`,
+the last check before a launch, then refuses those (they have no data to compute on).
 """
 from __future__ import annotations
 
@@ -55,6 +56,11 @@ class IndexOverflowError(AttentionInputError):
 
 class DropoutError(AttentionInputError):
     pass
+
+
+class MetaTensorError(AttentionInputError):
+    """A device="meta" tensor: sizes without data. Launching on one would make the interpreter
+    allocate a host copy of its full size, and hand a GPU kernel no memory to read."""
 
 
 class AttentionDTypeError(TypeError):
@@ -127,6 +133,15 @@ def check_attention_offsets(q, k, v, seqlen_q: int, seqlen_k: int, out_meta: tor
         dict(q=seqlen_q, k=seqlen_k, v=seqlen_k, out=seqlen_q, dq=seqlen_q, dk=seqlen_k, dv=seqlen_k),
         q=q, k=k, v=v, out=out_meta, dq=torch.empty_like(q, device="meta"),
         dk=torch.empty_like(k, device="meta"), dv=torch.empty_like(v, device="meta"))
+
+
+def check_has_data(**tensors: torch.Tensor | None) -> None:
+    """Refuse meta tensors by name; called after every size check, right before a launch."""
+    for name, t in tensors.items():
+        if t is not None and t.is_meta:
+            raise MetaTensorError(
+                f"{name}: a meta tensor (device='meta') has no data to compute attention on; the "
+                f"checks of sizes passed (shape {tuple(t.shape)}), but a launch needs a CPU or GPU tensor")
 
 
 def check_qkv(q, k, v, *, varlen: bool) -> tuple[str, int, int]:
@@ -248,27 +263,33 @@ def check_dropout(dropout_p) -> float:
     return p
 
 
-# Value validation of cu_seqlens needs the array on the host: a device-to-host copy that
-# synchronises the stream, which would stall every varlen dispatch (docs/configs.md gives the
-# measurement). Serving code builds one cu_seqlens per batch and passes it to every layer, so the
-# values are validated once per tensor *state* and the summary is cached:
+# Value validation of cu_seqlens needs the array on the host. On a GPU that is a device-to-host
+# copy that synchronises the stream, which would stall every varlen dispatch (docs/configs.md
+# gives the measurement). Serving code builds one cu_seqlens per batch and passes it to every
+# layer, so there the values are validated once per tensor *state* and the summary is cached:
 # - keyed by id() plus a weakref that must still point at the very same object (ids are reused
 #   after a tensor dies; the weakref's callback also drops the entry then);
 # - and by tensor._version, data_ptr, numel and device: every in-place torch op on the tensor or a
 #   view of it (cu.add_(0), cu[1] = 5, copy_) bumps _version, so a modified tensor is re-read.
-# What the key cannot see: writes that bypass the autograd version counter -- through `.data`
-# or `.numpy()` aliases, raw pointers (custom kernels, CUDA-graph replays). Such tensors are trusted
-# as last validated. Inference-mode tensors have no version counter: they are validated on every
-# call (correct, but with the sync).
+# What the key cannot see: writes that bypass the version counter -- through `.data`, `.numpy()`,
+# `torch.from_numpy` or DLPack aliases, raw pointers (custom kernels, CUDA-graph replays). The
+# kernels do not bound their loads by the packed totals, so such a write reads and writes out of
+# bounds. Hence CPU tensors (the interpreter) are never cached: reading host memory costs no sync,
+# and a fresh read sees every write. On a GPU such tensors are trusted as last validated.
+# Inference-mode tensors have no version counter: validated on every call (correct, with the sync).
 # Only what depends on the values alone is cached (first entry, monotonicity, last entry, longest
 # sequence); the checks against this call's totals and max_seqlen run every time, from the cache.
 _CU_CACHE_LIMIT = 256
+_CACHE_CPU_TENSORS = False  # the cache is for GPU tensors; its tests turn it on for the CPU
 _cu_cache: dict[int, tuple] = {}
 _cu_cache_lock = threading.Lock()
 _host_values = torch.Tensor.tolist  # the device-to-host read; a module attribute so tests can count it
 
 
 def _cu_state(cu: torch.Tensor):
+    """The cache key of cu's values, or None when they must be read on every call."""
+    if cu.is_cpu and not _CACHE_CPU_TENSORS:
+        return None
     try:
         version = cu._version
     except RuntimeError:  # inference tensors do not track versions: never cache them
@@ -311,8 +332,9 @@ def _forget(key: int, ref) -> None:
 
 def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int,
                      max_seqlen_q: int, max_seqlen_k: int, device) -> tuple[int, int]:
-    """Dtype, rank, lengths, monotonicity and totals. Reads the (small) arrays to the host the
-    first time a tensor (state) is seen, then answers from a cache (see _cu_summary).
+    """Dtype, rank, lengths, monotonicity and totals: together they bound every sequence's rows
+    by the packed totals. Reads the (small) arrays to the host the first time a GPU tensor (state)
+    is seen, then answers from a cache; CPU tensors are read every call (see _cu_summary).
 
     Returns the true longest sequence lengths (the launch grid uses these, so a too-small
     max_seqlen cannot silently skip rows; a too-small one is reported).
@@ -325,6 +347,9 @@ def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int,
             raise CuSeqlensError(f"{name}: expected an int32 tensor, got {got}")
         if cu.dim() != 1 or cu.shape[0] < 2:
             raise CuSeqlensError(f"{name}: expected shape (batch + 1,) with batch >= 1, got {tuple(cu.shape)}")
+        if cu.is_meta:
+            raise MetaTensorError(f"{name}: a meta tensor (device='meta') has no values to validate or "
+                                  "launch with; pass the int32 offsets on the inputs' CPU or GPU device")
         if cu.device != device:
             raise CuSeqlensError(f"{name}: expected device {device}, got {cu.device}")
         if cu.stride(0) != 1:

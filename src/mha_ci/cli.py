@@ -8,7 +8,6 @@ one line naming the exception, and the traceback in a file (mha_ci.crash).
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 import sys
 import tempfile
@@ -17,11 +16,9 @@ from typing import NoReturn
 
 from mha_ci.crash import on_sigterm, report_crash
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError, interruption
+from mha_ci.files import storage_failure
 
 COMMANDS = ("validate", "plan", "run", "perf", "checksums", "tune", "export", "containers")
-# The machine's storage failing under a write (full disk, quota, read-only remount, I/O error) is
-# an environment error (exit 3), not a bug in mha-ci.
-STORAGE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
 OUT_IS_A_FILE = ("merge", "combine")      # `perf merge/combine --out FILE`; every other --out is a folder
 
 
@@ -82,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mha-ci: interrupted ({name}): no verdict", file=sys.stderr)
             return code
         except Exception as exc:
-            if isinstance(exc, OSError) and exc.errno in STORAGE_ERRORS:
+            if storage_failure(exc):
                 where = f" {exc.filename}" if exc.filename else ""
                 print(f"mha-ci: environment error: cannot write{where}: {exc.strerror or exc}; what --out holds "
                       "is incomplete: no verdict", file=sys.stderr)

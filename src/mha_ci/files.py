@@ -12,14 +12,23 @@ Standard library plus mha_ci.errors only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, TypeGuard
 
 from mha_ci.errors import ConfigError, EnvironmentProblem
+
+# The machine's storage failing under a write (full disk, quota, read-only remount, I/O error): an
+# environment error (exit 3), not a bug in mha-ci and not a verdict on the code.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
+
+
+def storage_failure(exc: BaseException) -> TypeGuard[OSError]:
+    return isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS
 
 
 def read_capped(path: Path, what: str, max_bytes: int) -> bytes:

@@ -123,8 +123,11 @@ def _meta(*shape, dtype=torch.float16):
 
 
 def _validates_through_api(monkeypatch, q, k, v):
-    """Run flash_attn_func on meta tensors with the launch stubbed out: every check before a
-    launch runs; returns the geometry the launch would have got."""
+    """Every size check before a launch passes for these meta tensors: the call reaches the last
+    check, which refuses them for having no data. With that one lifted and the launch stubbed
+    out, returns the geometry the launch would have got."""
+    with pytest.raises(V.MetaTensorError, match="q: a meta tensor"):
+        mha.flash_attn_func(q, k, v)
     seen = {}
 
     def fake_forward(spec, geo, q, k, v, *rest):
@@ -132,6 +135,7 @@ def _validates_through_api(monkeypatch, q, k, v):
         return (torch.empty((geo.batch, geo.seqlen_q, geo.heads_q, v.shape[-1]), device="meta", dtype=q.dtype),
                 torch.empty((geo.batch, geo.heads_q, geo.seqlen_q), device="meta"))
 
+    monkeypatch.setattr(V, "check_has_data", lambda **_tensors: None)
     monkeypatch.setattr(mha.launch, "forward", fake_forward)
     mha.flash_attn_func(q, k, v)
     return seen["geo"]
@@ -237,7 +241,35 @@ def host_reads(monkeypatch):
     return reads
 
 
-def test_cu_seqlens_read_once_per_tensor(host_reads, device):
+@pytest.fixture
+def cached_like_a_gpu(monkeypatch):
+    """The cache of cu_seqlens summaries serves GPU tensors only (a read there is a sync); these
+    tests exercise it on whatever device they run, the CPU included."""
+    monkeypatch.setattr(V, "_CACHE_CPU_TENSORS", True)
+
+
+def test_cpu_cu_seqlens_are_read_every_call(host_reads, device):
+    """A host read costs no sync on the CPU, and only a fresh read sees a write that bypasses the
+    version counter (tests/mha/test_validation_faults.py): never cached."""
+    if device != "cpu":
+        pytest.skip("CPU tensors run only under the interpreter")
+    q, k, v, cu_q, cu_k = _varlen(device)
+    for _ in range(2):
+        mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4)
+    assert [id(t) for t in host_reads] == [id(cu_q), id(cu_k)] * 2
+    assert id(cu_q) not in V._cu_cache
+
+
+def test_backward_revalidates_from_the_cache(host_reads, cached_like_a_gpu, device):
+    """The backward checks the saved cu_seqlens again: on a GPU a cache hit, no second sync."""
+    q, k, v, cu_q, cu_k = _varlen(device)
+    q.requires_grad_()
+    mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4).sum().backward()
+    assert [id(t) for t in host_reads] == [id(cu_q), id(cu_k)]
+    assert q.grad is not None
+
+
+def test_cu_seqlens_read_once_per_tensor(host_reads, cached_like_a_gpu, device):
     q, k, v, cu_q, cu_k = _varlen(device)
     for _ in range(3):
         mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4)
@@ -250,7 +282,7 @@ def test_cu_seqlens_read_once_per_tensor(host_reads, device):
     assert len(host_reads) == 2
 
 
-def test_cu_seqlens_in_place_change_revalidates(host_reads, device):
+def test_cu_seqlens_in_place_change_revalidates(host_reads, cached_like_a_gpu, device):
     q, k, v, cu_q, cu_k = _varlen(device)
     mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4)
     cu_q.add_(0)  # same values, new version: read again
@@ -264,7 +296,7 @@ def test_cu_seqlens_in_place_change_revalidates(host_reads, device):
         mha.flash_attn_varlen_func(q, k, v, cu_q.new_tensor([0, 3, 8]), cu_k, 5, 4)
 
 
-def test_cu_seqlens_new_bad_tensor_raises(device):
+def test_cu_seqlens_new_bad_tensor_raises(cached_like_a_gpu, device):
     q, k, v, cu_q, cu_k = _varlen(device)
     mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4)
     del cu_q  # its id may be reused by the next tensor: the weakref check must not be fooled
@@ -276,7 +308,7 @@ def test_cu_seqlens_new_bad_tensor_raises(device):
         mha.flash_attn_varlen_func(q, k, v, bad_first, cu_k, 5, 4)
 
 
-def test_cu_seqlens_cache_entry_dropped_with_tensor(device):
+def test_cu_seqlens_cache_entry_dropped_with_tensor(cached_like_a_gpu, device):
     cu = torch.tensor([0, 3, 8], dtype=torch.int32, device=device)
     V.check_cu_seqlens(cu, cu, 8, 8, 5, 5, cu.device)
     key = id(cu)
@@ -285,7 +317,7 @@ def test_cu_seqlens_cache_entry_dropped_with_tensor(device):
     assert key not in V._cu_cache
 
 
-def test_cu_seqlens_inference_tensors_validated_every_call(host_reads, device):
+def test_cu_seqlens_inference_tensors_validated_every_call(host_reads, cached_like_a_gpu, device):
     """Inference tensors have no version counter, so a change could not be seen: never cached."""
     q, k, v, _, _ = _varlen(device)
     with torch.inference_mode():

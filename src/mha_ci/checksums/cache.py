@@ -63,8 +63,8 @@ class CompileCache:
         return None
 
     def put(self, key: str, entry: dict) -> None:
-        if self.folder is None or entry.get("error"):
-            return     # failures are never cached: a fixed environment must retry them
+        if self.folder is None or entry.get("error") or not entry.get("sha256"):
+            return     # failures and refusals are never cached: a fixed environment or limit must retry them
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

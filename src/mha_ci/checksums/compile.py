@@ -15,9 +15,18 @@ Why each setting:
   ops on (default in 3.8), within 2 GiB ("S"); the descriptors are asked from the backend itself
   with an aligned stand-in tensor, so each Triton version gets exactly what its runtime would
   give an aligned launch.
+- Shared memory gate: Triton fixes a kernel's shared memory / LDS in the TTGIR -> LLIR stage
+  (metadata "shared", both backends, 3.4 and 3.8), before the code-generation stages (ptx ->
+  cubin through ptxas; amdgcn -> hsaco). An over-limit tile config is refused there: ptxas on
+  one (sm90, 256x256 tiles, 8 stages) takes minutes at 11 GB, reaching LLIR takes seconds. The
+  only hook both versions share is the backend's `add_stages(stages, options, language)`,
+  the stage table `triton.compile` runs; Triton 3.8's `add_stages_inspection_hook` edits the
+  same table but 3.4 has none. Wrapping the stages changes nothing in what they produce, so
+  a variant under the limit compiles to the same code object.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import os
@@ -29,6 +38,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mha_ci.checksums.limits import shared_refusal
 from mha_ci.checksums.resources import code_object_resources
 
 LLD_CANDIDATES = ("/usr/lib/llvm-19/bin/ld.lld", "/usr/lib/llvm-20/bin/ld.lld", "/opt/rocm/llvm/bin/ld.lld")
@@ -67,6 +77,9 @@ class CompileTask:
     attr_descs: tuple         # ((arg, "D" | "DS" | ""), ...) runtime specialization strings
     num_warps: int
     num_stages: int
+    # The arch's shared memory limit, or None: not gated during the compile. Not part of the
+    # identity: it decides only whether the compile runs to the end, not what it produces.
+    shared_limit: int | None = None
 
     def identity(self) -> dict:
         """What the code object can depend on (besides sources and toolchain): the cache key part."""
@@ -85,6 +98,7 @@ class CompileResult:
     extra: dict = field(default_factory=dict)
     seconds: float = 0.0
     error: str | None = None
+    refused: str | None = None    # stopped on purpose before code generation: over the shared memory limit
 
 
 # --------------------------------------------------------------------------- environment
@@ -170,6 +184,52 @@ def _gpu_target(target: CompileTarget):
     return GPUTarget(target.backend, target.arch, target.warp_size)
 
 
+# --------------------------------------------------------------------------- shared memory gate
+class SharedMemoryOverLimit(Exception):
+    def __init__(self, shared: int, limit: int) -> None:
+        super().__init__(f"shared memory {shared} bytes > limit {limit}")
+        self.shared, self.limit = shared, limit
+
+
+def _gated(stage, limit: int):
+    def run(module, metadata: dict):
+        shared = metadata.get("shared")
+        if isinstance(shared, int) and shared > limit:
+            raise SharedMemoryOverLimit(shared, limit)
+        return stage(module, metadata)
+    return run
+
+
+@contextlib.contextmanager
+def shared_memory_gate(backend, limit: int | None):
+    """While active, every compile on `backend` (the class) stops before the first stage that
+    starts after shared memory is known and above `limit` (SharedMemoryOverLimit)."""
+    if limit is None:
+        yield
+        return
+    own = vars(backend).get("add_stages")
+    original = backend.add_stages
+
+    def add_stages(self, stages: dict, options, *rest) -> None:
+        original(self, stages, options, *rest)
+        for ext, stage in list(stages.items()):
+            stages[ext] = _gated(stage, limit)
+
+    backend.add_stages = add_stages
+    try:
+        yield
+    finally:
+        if own is None:
+            del backend.add_stages
+        else:
+            backend.add_stages = own
+
+
+def arch_label(target: CompileTarget) -> str:
+    """The arch's name in pipelines/archs.yaml terms: sm90, gfx942."""
+    return f"sm{target.arch}" if target.backend == "cuda" else str(target.arch)
+
+
 # --------------------------------------------------------------------------- compile
 def binary_name(target: CompileTarget) -> str:
     return "cubin" if target.backend == "cuda" else "hsaco"
@@ -189,8 +249,9 @@ def compile_task(task: CompileTask, keep_binary: Path | None = None) -> CompileR
         names = list(fn.arg_names)
         attrs = {(names.index(arg),): backend.parse_attr(desc) for arg, desc in task.attr_descs}
         source = ASTSource(fn, dict(task.signature), dict(task.constexprs), attrs)
-        kernel = triton.compile(source, target=_gpu_target(task.target),
-                                options={"num_warps": task.num_warps, "num_stages": task.num_stages})
+        with shared_memory_gate(backend, task.shared_limit):
+            kernel = triton.compile(source, target=_gpu_target(task.target),
+                                    options={"num_warps": task.num_warps, "num_stages": task.num_stages})
         blob = kernel.asm[binary_name(task.target)]
         if keep_binary is not None:
             keep_binary.write_bytes(blob)
@@ -198,6 +259,9 @@ def compile_task(task: CompileTask, keep_binary: Path | None = None) -> CompileR
         return CompileResult(task.key, hashlib.sha256(blob).hexdigest(), int(kernel.metadata.shared),
                              res.registers, res.spills, {"scratch_bytes": res.scratch_bytes, **res.extra},
                              round(time.monotonic() - started, 3))
+    except SharedMemoryOverLimit as over:
+        return CompileResult(task.key, shared_bytes=over.shared, seconds=round(time.monotonic() - started, 3),
+                             refused=shared_refusal(over.shared, over.limit, arch_label(task.target)))
     except Exception as exc:  # noqa: BLE001 - every failure is reported per variant
         return CompileResult(task.key, seconds=round(time.monotonic() - started, 3), error=describe_error(exc))
 

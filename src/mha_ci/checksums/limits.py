@@ -4,7 +4,9 @@ A config whose tiles need more shared memory / LDS than the arch has compiles fi
 only at launch (`OutOfResources` on the H200, for sm90 d256 at 458752 of 232448 bytes), and the
 ahead-of-time compile already knows the figure. So the checksums job compares each record with
 the limits of its arch (pipelines/archs.yaml `limits`) and fails on any breach, naming the
-variant, the figure and the limit.
+variant, the figure and the limit. Shared memory is known before code generation, so with a
+limit the compile itself stops there (mha_ci.checksums.compile, shared memory gate): such a
+variant has no code object, only its refusal, which is a breach like any other.
 
 Spills are legal but slow (local/private memory traffic per thread); they are reported per arch,
 and `verify` fails when a variant spills where the stored record did not, or more than it did,
@@ -62,6 +64,17 @@ def breaches(records, archs) -> list[Breach]:
             if value > cap:
                 found.append(Breach(record.key, record.arch, figure, value, cap, unit))
     return sorted(found, key=lambda b: (b.arch, b.key, b.figure))
+
+
+def shared_refusal(value: int, limit: int, arch: str) -> str:
+    """Why a compile stopped before code generation (checksums and tune say it alike)."""
+    return f"shared memory {value} bytes > limit {limit} (arch {arch})"
+
+
+def refusal_breaches(refused) -> list[Breach]:
+    """The refused variants of a fresh file ({key, arch, value, limit}) as breaches."""
+    shared, unit = FIGURES[0][1:]
+    return [Breach(r["key"], r["arch"], shared, r["value"], r["limit"], unit) for r in refused]
 
 
 def unlimited_archs(archs) -> list[str]:

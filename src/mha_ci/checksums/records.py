@@ -9,14 +9,17 @@ Besides the fields docs/architecture.md fixes, each record carries what `explain
 checksum moved: the kernel and pass, num_warps / num_stages, the effective config of its
 bucket and its hash, and a hash of the kernel's source (comments stripped). Records are sorted
 by key and the file is written atomically, so a stored file changes only where a variant did.
+A fresh file (the payload's) adds run details: determinism, errors, refused (compiles stopped
+over the shared memory limit), stats. `load` checks every field and type: these files gate merges.
 Standard library only (read on both sides of the executor boundary).
 """
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,24 @@ SCHEMA = "mha-ci.codeobj/1"
 
 
 class RecordFileError(ValueError):
-    pass
+    """A record file that cannot be read as mha-ci.codeobj/1; `source` names the file."""
+
+    def __init__(self, reason: str, source: str = "<data>") -> None:
+        super().__init__(f"{source}: {reason}")
+        self.reason, self.source = reason, source
+
+
+# The record's fields and their JSON types; the first seven are required (docs/architecture.md).
+REQUIRED = ("key", "arch", "bucket", "sha256", "shared_bytes", "registers", "spills")
+FIELD_TYPES: dict[str, type] = {
+    "key": str, "arch": str, "bucket": str, "sha256": str, "shared_bytes": int, "registers": int, "spills": int,
+    "pass": str, "kernel": str, "num_warps": int, "num_stages": int, "config": dict, "config_hash": str,
+    "source_hash": str, "inputs_hash": str, "problem": dict, "extra": dict}
+# Top-level keys: the stored ones, then the run details of a fresh file.
+FILE_TYPES: dict[str, tuple] = {"schema": (str,), "toolchain": (dict,), "records": (list,),
+                                "determinism": (dict, type(None)), "errors": (list,),
+                                "stats": (dict, type(None)), "refused": (list,)}
+MAX_FILE_BYTES = 64 << 20      # the stored files are about 0.5 MB; anything near this is not one
 
 
 @dataclass(frozen=True)
@@ -59,16 +79,12 @@ class CodeObjectRecord:
         return self.key.rsplit("/", 1)[-1]
 
     @classmethod
-    def from_json(cls, data: dict) -> "CodeObjectRecord":
+    def from_json(cls, data: dict, source: str = "<data>") -> "CodeObjectRecord":
+        check_record(data, source)
         data = dict(data)
         if "pass" in data:
             data["pass_"] = data.pop("pass")
-        known = {f.name for f in fields(cls)}
-        missing = [n for n in ("key", "arch", "bucket", "sha256", "shared_bytes", "registers", "spills")
-                   if n not in data]
-        if missing:
-            raise RecordFileError(f"record {data.get('key', '?')!r} lacks {missing}")
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**data)
 
 
 @dataclass(frozen=True)
@@ -78,6 +94,8 @@ class CodeObjectFile:
     determinism: dict | None = None   # the two-fresh-compiles check of the run that made it
     errors: tuple = ()                # [{"key", "error"}]: variants that did not compile
     stats: dict | None = None         # counts and wall time of the run (not stored)
+    refused: tuple = ()               # [{"key", "arch", "value", "limit"}]: compiles stopped over the
+                                      # shared memory limit (no code object; not stored)
 
     def by_key(self) -> dict[str, CodeObjectRecord]:
         return {r.key: r for r in self.records}
@@ -85,13 +103,15 @@ class CodeObjectFile:
     def only_archs(self, archs) -> "CodeObjectFile":
         wanted = set(archs)
         return CodeObjectFile(self.toolchain, tuple(r for r in self.records if r.arch in wanted),
-                              self.determinism, self.errors, self.stats)
+                              self.determinism, self.errors, self.stats,
+                              tuple(r for r in self.refused if r["arch"] in wanted))
 
     def only_keys(self, substring: str | None) -> "CodeObjectFile":
         if not substring:
             return self
         return CodeObjectFile(self.toolchain, tuple(r for r in self.records if substring in r.key),
-                              self.determinism, self.errors, self.stats)
+                              self.determinism, self.errors, self.stats,
+                              tuple(r for r in self.refused if substring in r["key"]))
 
     def to_json(self, stored: bool = False) -> dict:
         """`stored=True`: only what belongs in perf_baselines/ (no run details), so an update
@@ -102,6 +122,7 @@ class CodeObjectFile:
             data["determinism"] = self.determinism
             data["errors"] = list(self.errors)
             data["stats"] = self.stats
+            data["refused"] = list(self.refused)
         return data
 
 
@@ -117,25 +138,99 @@ def error_summary(error: str) -> str:
     return lines[-1] if lines else "?"
 
 
-def parse(data: dict, source: str = "<data>") -> CodeObjectFile:
+def _what(value) -> str:
+    return f"{value!r}"[:60] + f" ({type(value).__name__})"
+
+
+def check_record(data, source: str) -> None:
+    """Every field of one record present where required, known, and of its type (counts >= 0)."""
+    if not isinstance(data, dict):
+        raise RecordFileError(f"a record is {_what(data)}, expected an object", source)
+    name = data.get("key") if isinstance(data.get("key"), str) else "?"
+    missing = [n for n in REQUIRED if n not in data]
+    if missing:
+        raise RecordFileError(f"record {name!r} lacks {missing}", source)
+    for field_name, value in data.items():
+        expected = FIELD_TYPES.get(field_name)
+        if expected is None:
+            close = difflib.get_close_matches(field_name, list(FIELD_TYPES), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise RecordFileError(f"record {name!r}: unknown field {field_name!r}{hint}", source)
+        if expected is int:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise RecordFileError(f"record {name!r}: {field_name} is {_what(value)}, "
+                                      "expected a non-negative integer", source)
+        elif not isinstance(value, expected) or (expected is str and field_name in REQUIRED and not value):
+            kind = "a non-empty string" if expected is str else "an object"
+            raise RecordFileError(f"record {name!r}: {field_name} is {_what(value)}, expected {kind}", source)
+
+
+def _check_file(data, source: str) -> None:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise RecordFileError(f"{source}: schema is {found!r}, expected {SCHEMA!r}")
-    records = tuple(CodeObjectRecord.from_json(r) for r in data.get("records", []))
+        raise RecordFileError(f"schema is {found!r}, expected {SCHEMA!r}", source)
+    for key, value in data.items():
+        expected = FILE_TYPES.get(key)
+        if expected is None:
+            raise RecordFileError(f"unknown top-level key {key!r} (known: {', '.join(FILE_TYPES)})", source)
+        if not isinstance(value, expected):
+            raise RecordFileError(f"{key} is {_what(value)}, expected "
+                                  f"{' or '.join('null' if t is type(None) else t.__name__ for t in expected)}", source)
+    for entry in data.get("errors", []):
+        if not (isinstance(entry, dict) and isinstance(entry.get("key"), str) and isinstance(entry.get("error"), str)):
+            raise RecordFileError(f"an errors entry is {_what(entry)}, expected {{key, error}}", source)
+    for entry in data.get("refused", []):
+        if not (isinstance(entry, dict) and isinstance(entry.get("key"), str) and isinstance(entry.get("arch"), str)
+                and all(isinstance(entry.get(k), int) for k in ("value", "limit"))):
+            raise RecordFileError(f"a refused entry is {_what(entry)}, expected {{key, arch, value, limit}}", source)
+
+
+def parse(data: dict, source: str = "<data>") -> CodeObjectFile:
+    _check_file(data, source)
+    records = tuple(CodeObjectRecord.from_json(r, source) for r in data.get("records", []))
     keys = [r.key for r in records]
     if len(keys) != len(set(keys)):
         dup = sorted({k for k in keys if keys.count(k) > 1})
-        raise RecordFileError(f"{source}: duplicate keys {dup[:5]}")
+        raise RecordFileError(f"duplicate keys {dup[:5]}", source)
     return CodeObjectFile(dict(data.get("toolchain", {})), records, data.get("determinism"),
-                          tuple(data.get("errors") or ()), data.get("stats"))
+                          tuple(data.get("errors") or ()), data.get("stats"), tuple(data.get("refused") or ()))
+
+
+def _unique_keys(pairs: list) -> dict:
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise RecordFileError(f"duplicate JSON key {key!r}")
+        seen[key] = value
+    return seen
 
 
 def load(path: Path) -> CodeObjectFile:
+    """Read and check a record file. Every way it can be broken (empty, truncated, not UTF-8,
+    not JSON, a JSON key twice, nested past the parser, the wrong schema or types) is a
+    RecordFileError naming the file, never a wrong verdict or a crash."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except ValueError as exc:
-        raise RecordFileError(f"{path}: not JSON ({exc})") from None
+        if not path.is_file():
+            raise RecordFileError("not a regular file", str(path))
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise RecordFileError(f"cannot be read ({exc.strerror or exc})", str(path)) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise RecordFileError(f"larger than {MAX_FILE_BYTES} bytes", str(path))
+    try:
+        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except UnicodeDecodeError as exc:
+        raise RecordFileError(f"not UTF-8 (byte {exc.start})", str(path)) from None
+    except json.JSONDecodeError as exc:
+        empty = " (empty)" if not raw.strip() else ""
+        raise RecordFileError(f"not JSON{empty}: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                              str(path)) from None
+    except RecordFileError as exc:
+        raise RecordFileError(exc.reason, str(path)) from None
+    except (ValueError, RecursionError) as exc:      # e.g. an integer past int's digit limit, deep nesting
+        raise RecordFileError(f"not JSON: {type(exc).__name__}: {str(exc)[:200]}", str(path)) from None
     return parse(data, str(path))
 
 

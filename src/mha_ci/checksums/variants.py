@@ -34,6 +34,7 @@ inputs (the preprocess kernel ignores most flags) are compiled once, under the f
 from __future__ import annotations
 
 import ast
+import difflib
 import hashlib
 import importlib
 import io
@@ -215,9 +216,11 @@ def _attr_descs(spec, fn, backend, aligned: dict) -> tuple:
     return tuple(out)
 
 
-def task_for_spec(launch, spec, key: str, target: CompileTarget, backend=None) -> CompileTask:
+def task_for_spec(launch, spec, key: str, target: CompileTarget, backend=None,
+                  shared_limit: int | None = None) -> CompileTask:
     """The compile task of one KernelSpec: signature in parameter order, constexprs, the
-    runtime's argument attributes for canonical inputs, num_warps / num_stages."""
+    runtime's argument attributes for canonical inputs, num_warps / num_stages; with
+    `shared_limit`, the compile stops before code generation above it."""
     fn = spec.fn
     backend = backend or backend_class(target)
     aligned = launch.aligned_specialization(spec) if hasattr(launch, "aligned_specialization") else {}
@@ -226,7 +229,7 @@ def task_for_spec(launch, spec, key: str, target: CompileTarget, backend=None) -
     return CompileTask(key=key, module=fn.fn.__module__, qualname=fn.fn.__qualname__, target=target,
                        signature=signature, constexprs=constexprs,
                        attr_descs=_attr_descs(spec, fn, backend, aligned),
-                       num_warps=int(spec.num_warps), num_stages=int(spec.num_stages))
+                       num_warps=int(spec.num_warps), num_stages=int(spec.num_stages), shared_limit=shared_limit)
 
 
 def identity_key(task: CompileTask) -> str:
@@ -241,7 +244,7 @@ def config_section(config_json: dict, pass_: str, bucket: str) -> dict:
 
 
 def enumerate_variants(arch: str, target: CompileTarget, package: str = "mha",
-                       key_filter=None) -> list[Variant]:
+                       key_filter=None, shared_limit: int | None = None) -> list[Variant]:
     launch = importlib.import_module(f"{package}.launch")
     config_mod = importlib.import_module(f"{package}.config")
     config_json = json.loads(Path(config_mod.config_path(arch)).read_text())
@@ -254,7 +257,7 @@ def enumerate_variants(arch: str, target: CompileTarget, package: str = "mha",
         for name, spec in specs.items():
             fn = spec.fn
             key = f"{arch}/{spec.pass_}/{spec.bucket}/{name}/{point.label}"
-            task = task_for_spec(launch, spec, key, target, backend)
+            task = task_for_spec(launch, spec, key, target, backend, shared_limit)
             buckets_seen.add((spec.pass_, spec.bucket))
             inputs = identity_key(task)
             if inputs in seen_inputs:
@@ -270,6 +273,26 @@ def enumerate_variants(arch: str, target: CompileTarget, package: str = "mha",
                                     inputs_hash=hashlib.sha256(inputs.encode()).hexdigest()[:16])
     _check_bucket_coverage(config_json, buckets_seen, arch)
     return list(variants.values())
+
+
+def closest_keys(pattern: str, keys: list[str], count: int) -> list[str]:
+    """The keys most like `pattern`, a substring meant to match some of them: each key is scored
+    by its best run of whole segments ("fwd/fp16-d64", "fp16-d64-causal"), so a short pattern is
+    not judged against a long key."""
+    matcher = difflib.SequenceMatcher(b=pattern)     # the pattern's index is built once
+    ratios: dict[str, float] = {}                      # keys share most of their runs
+
+    def ratio(run: str) -> float:
+        if run not in ratios:
+            matcher.set_seq1(run)
+            ratios[run] = matcher.ratio()
+        return ratios[run]
+
+    def score(key: str) -> float:
+        parts = key.split("/")
+        return max(ratio("/".join(parts[i:j])) for i in range(len(parts)) for j in range(i + 1, len(parts) + 1))
+
+    return sorted(keys, key=lambda k: (-score(k), k))[:count]
 
 
 def _check_bucket_coverage(config_json: dict, seen: set, arch: str) -> None:

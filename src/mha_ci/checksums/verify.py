@@ -6,13 +6,15 @@ perf_baselines/code_objects/<toolchain>.json and fails on any difference, on a c
 when the two fresh compiles of the determinism sample disagree (reported separately: that
 is a toolchain problem, not a kernel change), on a code object above its arch's resource limits
 or on a variant that spills more than its record (mha_ci.checksums.limits). `update` rewrites the stored file atomically.
+The stored file is read and checked before anything compiles: a broken one is a configuration
+error naming the file (exit 2), not a verdict after an hour of compiles.
 The checksums job kind (mha_ci.jobs.checksums) and `mha-ci checksums` both call these.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mha_ci import baselines
@@ -20,7 +22,7 @@ from mha_ci.checksums import limits as limits_mod
 from mha_ci.checksums import records as records_mod
 from mha_ci.checksums.diff import Difference, compare, render
 from mha_ci.checksums.explain import explain
-from mha_ci.errors import ExitCode, MhaCiError
+from mha_ci.errors import ConfigError, ExitCode, MhaCiError
 from mha_ci.executors.base import Executor, PayloadRun
 from mha_ci.model.lockfile import lock_sha256
 from mha_ci.model.types import Arch, Toolchain
@@ -43,6 +45,22 @@ def stored_path(root: Path, toolchain: str) -> Path:
     return Path(root) / baselines.code_objects(toolchain)
 
 
+def read_stored(path: Path) -> records_mod.CodeObjectFile:
+    """The stored file of a toolchain, checked; any defect is a ConfigError naming the file."""
+    try:
+        return records_mod.load(path)
+    except records_mod.RecordFileError as exc:
+        raise ConfigError(f"stored checksums unreadable: {exc.reason}; restore the file from git or "
+                          "rewrite it with `mha-ci checksums update`", file=exc.source) from None
+
+
+def check_stored(root: Path, toolchain: str) -> None:
+    """judge and update read the stored file after the compile: refuse a broken one before it."""
+    path = stored_path(root, toolchain)
+    if path.exists():
+        read_stored(path)
+
+
 def cache_dir(root: Path) -> Path:
     """$MHA_CI_CHECKSUMS_CACHE, else <$MHA_CI_CACHE or <root>/.cache/mha-ci>/checksums."""
     if os.environ.get("MHA_CI_CHECKSUMS_CACHE"):
@@ -63,12 +81,15 @@ class Computed:
 
 
 def _target_args(archs: list[Arch]) -> list[str]:
-    """`--target NAME=BACKEND:ARCH:WARP` for each arch that compiles code objects."""
+    """`--target NAME=BACKEND:ARCH:WARP` for each arch that compiles code objects, and
+    `--shared-limit NAME=BYTES` for each with limits (the compile stops there when above)."""
     args = []
     for arch in archs:
         if arch.compile_target is not None:
             backend, target_arch, warp = arch.compile_target
             args += ["--target", f"{arch.name}={backend}:{target_arch}:{warp}"]
+            if arch.limits is not None:
+                args += ["--shared-limit", f"{arch.name}={arch.limits.shared_bytes}"]
     return args
 
 
@@ -83,6 +104,7 @@ def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Execu
     toolchain = toolchain.on(platform)
     if not targets:
         raise MhaCiError("no arch with a compile_target selected (archs.yaml compile_target)")
+    check_stored(root, toolchain.name)
     relative = f"{OUT_SUBDIR}/{toolchain.name}.json"
     args = ["compute", "--out", relative, "--package", package, "--determinism-sample", str(determinism_sample)]
     args += _target_args(targets)
@@ -100,11 +122,28 @@ def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Execu
     result = executor.run(PayloadRun(module="checksums", args=tuple(args), toolchain=toolchain,
                                      arch=job_arch or targets[0], out_dir=Path(out_dir),
                                      timeout_s=PAYLOAD_TIMEOUT_S, log_prefix=f"checksums {toolchain.name}"))
+    if result.exit_code == ExitCode.CONFIG_ERROR and only and out_file.is_file() and not result.error:
+        raise _no_variant_matches(only, _read_fresh(out_file, toolchain.name))
     if result.error or result.timed_out or not out_file.is_file() or result.exit_code not in (0, 1):
         raise ChecksumsNoResult(f"checksums payload for {toolchain.name} produced no result "
                                 f"(exit {result.exit_code}{', ' + result.error if result.error else ''}); "
                                 "see its output above")
-    return Computed(records_mod.load(out_file), out_file, float(result.provenance.get("wall_s", 0.0)))
+    return Computed(_read_fresh(out_file, toolchain.name), out_file, float(result.provenance.get("wall_s", 0.0)))
+
+
+def _read_fresh(path: Path, toolchain: str) -> records_mod.CodeObjectFile:
+    try:
+        return records_mod.load(path)
+    except records_mod.RecordFileError as exc:
+        raise ChecksumsNoResult(f"checksums payload for {toolchain} wrote an unreadable record file: {exc}") from None
+
+
+def _no_variant_matches(only: str, fresh: records_mod.CodeObjectFile) -> ConfigError:
+    """The payload enumerated every variant and none has `only` in its key (exit 2 of the payload)."""
+    closest = [str(k) for k in (fresh.stats or {}).get("closest", [])]
+    hint = f"; closest keys: {', '.join(closest)}" if closest else ""
+    return ConfigError(f"no variant matches --only {only!r} (a substring of the variant keys){hint}", key="--only",
+                       suggestion=closest[0] if closest else None)
 
 
 @dataclass
@@ -144,7 +183,7 @@ def judge(root: Path, computed: Computed, archs: list[Arch], only: str | None = 
     name = fresh.toolchain.get("name", computed.path.stem)
     names = [a.name for a in compile_archs(archs)]
     verdict = Verdict(toolchain=computed.path.stem, compile_errors=list(fresh.errors), determinism=fresh.determinism,
-                      over_limits=limits_mod.breaches(fresh.records, compile_archs(archs)))
+                      over_limits=_over_limits(fresh, archs))
     path = stored_path(root, computed.path.stem)
     lines = []
     if not path.is_file():
@@ -152,7 +191,10 @@ def judge(root: Path, computed: Computed, archs: list[Arch], only: str | None = 
         lines.append(f"no stored checksums for {name}: {path} does not exist "
                      f"(run `mha-ci checksums update --toolchain {computed.path.stem}`)")
     else:
-        stored = records_mod.load(path).only_archs(names).only_keys(only)
+        stored = read_stored(path).only_archs(names).only_keys(only)
+        # a refused variant has no code object: its failure is the breach, not a "removed"
+        refused = {r["key"] for r in fresh.refused}
+        stored = replace(stored, records=tuple(r for r in stored.records if r.key not in refused))
         verdict.differences = explain(compare(stored, fresh.only_archs(names)), stored, fresh)
         verdict.spills_grown = limits_mod.spill_growth(stored, fresh.only_archs(names))
         lines.append(render(verdict.differences, title=f"code objects of {computed.path.stem} vs {path.relative_to(root)}"
@@ -178,6 +220,12 @@ def judge(root: Path, computed: Computed, archs: list[Arch], only: str | None = 
                      "in fresh processes: identical")
     verdict.table = "\n".join(lines) + "\n"
     return verdict
+
+
+def _over_limits(fresh: records_mod.CodeObjectFile, archs) -> list[limits_mod.Breach]:
+    """Code objects above their arch's limits, and the compiles refused before code generation."""
+    found = limits_mod.breaches(fresh.records, compile_archs(archs)) + limits_mod.refusal_breaches(fresh.refused)
+    return sorted(found, key=lambda b: (b.arch, b.key, b.figure))
 
 
 def resource_lines(verdict: Verdict, records, archs) -> list[str]:
@@ -208,12 +256,12 @@ def update(root: Path, computed: Computed, archs: list[Arch], only: str | None =
         raise MhaCiError(f"not updating: {len(fresh.errors)} variants failed to compile (first: {fresh.errors[0]['key']})")
     if fresh.determinism is not None and not fresh.determinism.get("agree", False):
         raise MhaCiError("not updating: the determinism check failed (two fresh compiles disagree)")
-    over = limits_mod.breaches(fresh.records, compile_archs(archs))
+    over = _over_limits(fresh, archs)
     if over:
         raise OverLimits(f"not updating: {len(over)} code objects exceed their arch's limits "
                          f"(first: {over[0].describe()})")
     path = stored_path(root, computed.path.stem)
-    stored = records_mod.load(path) if path.is_file() else None
+    stored = read_stored(path) if path.exists() else None
     names = [a.name for a in compile_archs(archs)]
     merged = records_mod.merge(stored, fresh, names, only)
     merged = records_mod.CodeObjectFile(merged.toolchain, merged.records)

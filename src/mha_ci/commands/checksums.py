@@ -8,7 +8,10 @@
                                       (refused when a code object is above its arch's limits)
 
 compute exits 1 on a compile error, a nondeterministic compile or a code object above its
-arch's limits (shared memory / LDS per block, registers per thread: pipelines/archs.yaml).
+arch's limits (shared memory / LDS per block, registers per thread: pipelines/archs.yaml); a
+variant above the shared memory limit is refused before code generation (no ptxas run).
+Every action exits 2, before compiling, on a stored file that cannot be read as
+mha-ci.codeobj/1 (naming it), and on an --only that matches no variant (naming the closest keys).
 
 --toolchain and --arch repeat (or take comma lists); default every toolchain of
 pipelines/toolchains.yaml and every arch with a compile_target. `--toolchain host` records what
@@ -87,6 +90,8 @@ def handle(args) -> int:
     pipeline = load_pipeline(args.root)
     toolchains, archs = resolve(pipeline, args)
     out_dir = (args.out if args.out is not None else args.root / "out").resolve()
+    for toolchain in toolchains:        # every stored file before the first compile of any toolchain
+        checksums_job.check_stored(args.root, toolchain.name)
     worst = ExitCode.OK
     for toolchain in toolchains:
         executor_name = args.executor or (HOST if toolchain.name == HOST else "venv")

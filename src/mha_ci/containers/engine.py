@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from mha_ci.containers.context import assemble, cache_root
-from mha_ci.containers.images import LOCAL_REGISTRY, ImageSpec, registry
+from mha_ci.containers.images import LOCAL_REGISTRY, ImageSpec, content_digest, registry
 from mha_ci.errors import EnvironmentProblem
 
 START_DOCKERD = ("start dockerd: `sudo dockerd >/tmp/dockerd.log 2>&1 &` or "
@@ -16,6 +16,10 @@ START_DOCKERD = ("start dockerd: `sudo dockerd >/tmp/dockerd.log 2>&1 &` or "
                  "or point DOCKER_HOST at a running daemon")
 # Labels every image carries, read back into each result's provenance.
 LABEL_BASE_REF, LABEL_BASE_DIGEST = "mha-ci.base-image", "mha-ci.base-digest"
+# The content digest of the inputs an image was built from (images.content_digest). A tag is only
+# a name: anyone who can push to the registry or run `docker tag` here can put another image under
+# it, so an image is used only when this label says it was built from the checkout's inputs.
+LABEL_CONTENT_DIGEST = "mha-ci.content-digest"
 
 
 def connect():
@@ -76,18 +80,27 @@ def _base_digest_of(image) -> str:
 def ensure_image(client, spec: ImageSpec, *, force: bool = False, build: bool = True,
                  log=print) -> BuiltImage:
     """The image for `spec`: the local one with its reference, else pulled from the reference's
-    registry (when one is configured), else built (when `build`); force: always build."""
+    registry (when one is configured), else built (when `build`); force: always build. An image
+    found or pulled whose content-digest label differs from the checkout's is never used: it is
+    rebuilt (when `build`), else EnvironmentProblem (exit 3)."""
     t0 = time.monotonic()
     tag = spec.reference()
+    build_it = (f"`mha-ci containers build --toolchain {spec.toolchain} --platform {spec.platform}`")
     if not force:
         found, pulled = _here_or_pulled(client, spec, tag, log)
-        if found is not None:
+        mismatch = None if found is None else digest_mismatch(found, spec)
+        if found is not None and mismatch is None:
             return BuiltImage(tag, found.id, spec.base_image, _base_digest_of(found), False,
                               time.monotonic() - t0, pulled=pulled)
+        if mismatch is not None:
+            where = "pulled from its registry" if pulled else "found on this machine"
+            if not build:
+                raise EnvironmentProblem(f"image {tag} {where} is not the one the checkout pins: {mismatch}; "
+                                         f"build it here with {build_it}")
+            log(f"image {tag} {where} is not the one the checkout pins ({mismatch}): rebuilding it")
+            force = True
     if not build:
-        raise EnvironmentProblem(f"image {tag} is neither here nor in its registry: build it with "
-                                 f"`mha-ci containers build --toolchain {spec.toolchain} "
-                                 f"--platform {spec.platform}`")
+        raise EnvironmentProblem(f"image {tag} is neither here nor in its registry: build it with {build_it}")
     base = base_image(client, spec)
     locks = cache_root(spec) / "contexts"
     locks.mkdir(parents=True, exist_ok=True)
@@ -100,6 +113,16 @@ def ensure_image(client, spec: ImageSpec, *, force: bool = False, build: bool = 
             return BuiltImage(tag, existing.id, spec.base_image, _base_digest_of(existing), False,
                               time.monotonic() - t0)
         return _build_locked(client, spec, base, tag, t0, log)
+
+
+def digest_mismatch(image, spec: ImageSpec) -> str | None:
+    """Why `image` is not the build of `spec`'s inputs (None when its content-digest label says it is)."""
+    expected = content_digest(spec)
+    found = (image.labels or {}).get(LABEL_CONTENT_DIGEST)
+    if found == expected:
+        return None
+    return (f"its content digest is {found}, the checkout's is {expected}" if found
+            else f"it carries no {LABEL_CONTENT_DIGEST} label, the checkout's content digest is {expected}")
 
 
 def _existing(client, tag: str):
@@ -119,7 +142,7 @@ def _here_or_pulled(client, spec: ImageSpec, reference: str, log):
     if image is not None or registry() == LOCAL_REGISTRY:
         return image, False
     local = _existing(client, spec.reference(LOCAL_REGISTRY))
-    if local is not None:
+    if local is not None and digest_mismatch(local, spec) is None:
         local.tag(*reference.rsplit(":", 1))
         return client.images.get(reference), False
     image = pull(client, reference, log)
@@ -177,7 +200,8 @@ def _build_locked(client, spec: ImageSpec, base, tag: str, t0: float, log) -> Bu
     log(f"building {tag} from {spec.dockerfile} (base {spec.base_image})")
     ctx = assemble(spec, log=log)
     image_id = _build(client, spec, ctx.path, tag, labels={
-        LABEL_BASE_REF: spec.base_image, LABEL_BASE_DIGEST: image_digest(base)}, log=log)
+        LABEL_BASE_REF: spec.base_image, LABEL_BASE_DIGEST: image_digest(base),
+        LABEL_CONTENT_DIGEST: content_digest(spec)}, log=log)
     seconds = time.monotonic() - t0
     log(f"built {tag} ({image_id[:19]}) in {seconds:.0f} s")
     return BuiltImage(tag, image_id, spec.base_image, image_digest(base), True, seconds)

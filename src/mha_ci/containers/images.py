@@ -29,7 +29,9 @@ REGISTRY_ENV = "MHA_CI_REGISTRY"
 LOCAL_REGISTRY = "localhost/mha-ci"
 DEFAULT_CPU_BASE = "mha-ci/debian-bookworm:base"
 TAG_HEX_DIGITS = 12
-_TAG_SCHEME = b"mha-ci.image/2"   # bump when the tag recipe itself changes
+# Bump when the tag recipe or what an image must carry changes (3: the content-digest label that
+# engine.ensure_image checks; images of 2 lack it).
+_TAG_SCHEME = b"mha-ci.image/3"
 
 # Files (besides Dockerfile and lock) whose content the build context puts into every image.
 CHECK_PINS = Path(__file__).with_name("check_pins.py")
@@ -41,8 +43,13 @@ CONTEXT_FILES = (CHECK_PINS,)
 _DIRECTIVE = re.compile(r"^#\s*mha-ci\.([a-z-]+):\s*(\S.*?)\s*$")
 # The base a Dockerfile builds from: `ARG BASE_IMAGE=...` default, overridable by build argument.
 _BASE_ARG = re.compile(r"^ARG\s+BASE_IMAGE=(\S+)\s*$", re.MULTILINE)
-# registry host[:port] followed by at least one path component, lower case (OCI references)
-_REGISTRY = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+$")
+# registry host[:port] followed by at least one path component, lower case: the grammar of the
+# distribution project's reference package. A path component is alphanumerics joined by one '.',
+# one or two '_' or any number of '-', so '..', '.', '' and leading or trailing separators are not.
+_HOST_PART = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REGISTRY = re.compile(rf"^{_HOST_PART}(?:\.{_HOST_PART})*(?::(?P<port>[0-9]{{1,5}}))?(?:/{_PATH_PART})+$")
+_MAX_NAME = 255          # the longest repository name a registry must take
 
 
 def registry(environ: dict[str, str] | None = None) -> str:
@@ -51,10 +58,13 @@ def registry(environ: dict[str, str] | None = None) -> str:
     if not value:
         return LOCAL_REGISTRY
     host = value.split("/", 1)[0]
+    match = _REGISTRY.match(value)
     # A first component without a dot, colon or "localhost" is a Docker Hub user, not a registry.
-    if not _REGISTRY.match(value) or not ("." in host or ":" in host or host == "localhost"):
-        raise ConfigError(f"{REGISTRY_ENV}={value!r} is not a fully qualified, lower-case registry "
-                          "path (e.g. ghcr.io/owner/repo or 127.0.0.1:5000/owner/repo)")
+    if (not match or int(match.group("port") or 0) > 65535 or len(value) > _MAX_NAME
+            or not ("." in host or ":" in host or host == "localhost")):
+        raise ConfigError(f"{REGISTRY_ENV}={value[:300]!r} is not a fully qualified, lower-case registry path "
+                          "(e.g. ghcr.io/owner/repo or 127.0.0.1:5000/owner/repo; each path component is "
+                          "letters and digits joined by '.', '_', '__' or '-')")
     return value
 
 

@@ -10,9 +10,16 @@ the marker (a build killed halfway) is never used. A file lock per environment k
 concurrent runs from building the same one twice. The environment is always entered as
 `<env>/bin/python -m ...`, never through bin/ scripts, whose shebang lines still name the
 temporary folder.
+
+A build killed with SIGKILL cannot remove its temporary folder (most of a gigabyte); the next
+build removes every `.<env>.building-*` folder whose environment's lock nobody holds. A cached
+environment is checked before its first use in a run: every file pip's RECORD lists for a pinned
+package must be there with its recorded size (compiled .pyc files aside: Python rewrites those).
+A damaged one (a deleted torch/__init__.py) is rebuilt; one still damaged after that is exit 3.
 """
 from __future__ import annotations
 
+import csv
 import fcntl
 import json
 import os
@@ -27,10 +34,11 @@ from typing import TextIO
 from mha_ci.errors import EnvironmentProblem
 from mha_ci.executors.base import Executor, PayloadResult, PayloadRun
 from mha_ci.executors.local_process import run_python_payload
-from mha_ci.model.lockfile import lock_sha256
+from mha_ci.model.lockfile import lock_sha256, normalise
 from mha_ci.model.types import Toolchain
 
 MARKER = "mha-ci-env.json"     # written last; its presence means "complete"
+BUILDING = ".building-"        # infix of the temporary folder a build works in
 
 
 def cache_root(root: Path) -> Path:
@@ -48,6 +56,7 @@ class VenvExecutor(Executor):
         # The interpreter the environments are made from; the lock files are resolved for 3.11.
         self.base_python = base_python or os.environ.get("MHA_CI_BASE_PYTHON") or sys.executable
         self.stream = stream or sys.stderr
+        self._verified: set[Path] = set()     # checked in this run: the check costs a stat per file
 
     # ----------------------------------------------------------------- environments
     def env_path(self, toolchain: Toolchain) -> Path:
@@ -66,17 +75,62 @@ class VenvExecutor(Executor):
         if not toolchain.lock.is_file():
             raise EnvironmentProblem(f"toolchain {toolchain.name}: lock file {toolchain.lock} does not exist")
         target = self.env_path(toolchain)
-        if self._complete(target):
+        if self._complete(target) and (target in self._verified or not self._damage(target, toolchain)):
+            self._verified.add(target)
             return target
         self.venvs.mkdir(parents=True, exist_ok=True)
-        with open(self.venvs / f".{target.name}.lock", "w") as lock_file:
+        with open(self._lock_path(target.name), "w") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)   # released when the file closes
-            if self._complete(target):              # another run built it while we waited
-                return target
+            self._remove_stale_builds(target.name)
+            if self._complete(target):              # another run built it while we waited, or damaged
+                damage = self._damage(target, toolchain)
+                if not damage:
+                    self._verified.add(target)
+                    return target
+                self.stream.write(f"venv {target.name} is damaged ({damage}): rebuilding it\n")
             if target.exists():                      # left behind by a build that died after rename
                 shutil.rmtree(target)
             self._build(toolchain, target)
+            damage = self._damage(target, toolchain)
+            if damage:
+                raise EnvironmentProblem(f"venv {target} is damaged right after it was built ({damage}); "
+                                         f"see {self.venvs / (target.name + '.install.log')}")
+        self._verified.add(target)
         return target
+
+    def _lock_path(self, env_name: str) -> Path:
+        return self.venvs / f".{env_name}.lock"
+
+    def _remove_stale_builds(self, own: str) -> None:
+        """Remove the temporary folders of builds that died. The caller holds `own`'s lock, so its
+        folders are stale; another environment's are stale when its lock can be taken."""
+        for folder in self.venvs.glob(f".*{BUILDING}*"):
+            env_name = folder.name[1:].split(BUILDING, 1)[0]
+            if env_name == own:
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            with open(self._lock_path(env_name), "a") as other:
+                try:
+                    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue                          # that build is running now
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def _damage(self, target: Path, toolchain: Toolchain) -> str | None:
+        """What is missing from the installed pinned packages (None when nothing is)."""
+        sites = sorted(target.glob("lib/python*/site-packages"))
+        if not sites:
+            return "no site-packages folder"
+        site = str(sites[0])
+        records = {normalise(info.name.split("-", 1)[0]): info / "RECORD" for info in sites[0].glob("*.dist-info")}
+        for package in toolchain.pins:
+            record = records.get(package)
+            if record is None or not record.is_file():
+                return f"{package}: no installed RECORD"
+            problem = _record_problem(site, record)
+            if problem:
+                return f"{package}: {problem}"
+        return None
 
     def _complete(self, target: Path) -> bool:
         marker = target / MARKER
@@ -101,7 +155,7 @@ class VenvExecutor(Executor):
         self.stream.write(f"creating venv for {toolchain.name} from {shown_lock} ...\n")
         self.stream.flush()
         started = time.monotonic()
-        temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=self.venvs))
+        temp = Path(tempfile.mkdtemp(prefix=f".{target.name}{BUILDING}", dir=self.venvs))
         log_path = self.venvs / f"{target.name}.install.log"
         try:
             with open(log_path, "w") as log:
@@ -137,6 +191,21 @@ class VenvExecutor(Executor):
         env = self.ensure_env(payload.toolchain)
         return run_python_payload(str(env / "bin" / "python"), payload, self.root, executor=self.name,
                                   stream=self.stream, provenance={"venv": str(env)})
+
+
+def _record_problem(site: str, record: Path) -> str | None:
+    """The first file of a RECORD that is missing or has another size than recorded."""
+    with open(record, newline="", encoding="utf-8", errors="replace") as handle:
+        for row in csv.reader(handle):
+            if not row or "__pycache__" in row[0] or row[0].endswith(".pyc"):
+                continue
+            try:
+                size = os.stat(os.path.join(site, row[0])).st_size
+            except OSError:
+                return f"{row[0]} is missing"
+            if len(row) > 2 and row[2].isdigit() and int(row[2]) != size:
+                return f"{row[0]} has {size} bytes, {row[2]} when installed"
+    return None
 
 
 def _relative(path: Path, root: Path) -> str:

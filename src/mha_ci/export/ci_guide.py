@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mha_ci.export.approved_gpu import APPROVAL_LABEL, GPU_STATUS
 from mha_ci.export.github import NIGHTLY_CRON
 from mha_ci.model.pipeline import Pipeline, Selection
 
@@ -64,19 +65,13 @@ def render(pipeline: Pipeline) -> str:
     lines += [
         "- A new push cancels the run of the previous one, and so does adding a label (any label: the "
         "replacement run plans again, so a cancelled run never leaves a green gate behind). The `gate` check "
-        "fails unless every planned job of a non-draft pull request left a passing result; a draft's gate "
-        "is red until it is marked ready.",
+        "fails unless every planned CPU job of a non-draft pull request left a passing result; a draft's gate "
+        f"is red until it is marked ready. GPU jobs run only once a maintainer approves the head commit "
+        f"(`{APPROVAL_LABEL}`, see Trust); their verdict is the commit status `{GPU_STATUS}`.",
         "- A job that was cancelled or interrupted (SIGTERM, Ctrl-C) records `interrupted` and exits 143 / "
         "130, never a pass; a crash of mha-ci itself exits 4 with the traceback in a file.",
         "",
-        "### Fork pull requests",
-        "",
-        "Self-hosted runners (the GPU machines) never run a fork's code: on a pull request from a fork, "
-        "jobs on self-hosted runners are withheld, the GitHub-hosted ones run, and the `gate` names the "
-        "withheld jobs and stays red. To run them, a maintainer reviews the change and pushes it to a "
-        "branch of this repository (its pull request then runs everything). The workflows use "
-        "`pull_request`, never `pull_request_target`, so fork code never sees a write token.",
-        "",
+        *_trust_lines(),
         "### Labels",
         "",
     ]
@@ -133,3 +128,63 @@ def _golden_text(pipeline: Pipeline) -> str:
         return ""
     return (f" Beside each refresh, golden ({golden}) vs top of tree ({top}) on the full set, the two "
             "interleaved shape by shape on one GPU; a report, not a gate (the step summary lists what moved).")
+
+
+def _trust_lines() -> list[str]:
+    """Whose code runs where, and the GitHub settings that make it so (export/approved_gpu.py)."""
+    return [
+        "### Trust: whose code runs where",
+        "",
+        "- **A pull request's code runs on GitHub-hosted runners only.** `pr.yml` (`pull_request`) runs the "
+        "CPU jobs. `mha-ci export matrix` and `mha-ci export github` refuse (exit 2) an arch with `device: none` "
+        "whose `runner_labels` are not one GitHub-hosted image label (`ubuntu-latest`, ...). That refusal "
+        "catches mistakes, not a fork: a `pull_request` run executes the pull request's own `pr.yml` and its own "
+        "`mha-ci`, which a fork can rewrite, guard and `--check` step included. What keeps a fork off the GPU "
+        "machines is that only workflow files of the default branch are admitted to them (settings below).",
+        f"- **GPU jobs of a pull request** run in `pr-gpu.yml` once a maintainer has reviewed the change and added "
+        f"the label `{APPROVAL_LABEL}`. It is a `pull_request_target` workflow, so GitHub runs the default "
+        "branch's copy of the file, and it plans with the default branch's `mha-ci` and `pipelines/`: a pull "
+        "request cannot change where or what it runs. It checks out exactly the head commit the label was given "
+        "to, checks on the GPU runner, before any checkout, that the pull request's head is still that commit "
+        "and still labelled, and runs with a read-only token, no secrets and no stored credentials.",
+        f"- **A new push withdraws the approval**: it removes `{APPROVAL_LABEL}` and cancels the approved run; "
+        "review the new commits and label again. Removing the label also cancels. Add `ci:` labels before the "
+        "approval: the approved run plans with the labels present when it starts.",
+        f"- **Verdict**: `pr-gpu.yml` posts the commit status `{GPU_STATUS}` on the approved commit (the checks "
+        "of a `pull_request_target` run are attached to the base branch, not to the pull request). With no GPU "
+        "job planned it is green and says so; a pull request that changes a toolchain lock has no GPU image "
+        "until it is merged (below), so its approved GPU jobs fail to pull.",
+        "- **main, nightly, images**: the GPU jobs of `main.yml` and `nightly.yml`, and publishing in "
+        "`images.yml`, run only on the default branch; a manual run on another branch runs that branch's copy of "
+        "the file, so they are skipped there (the `gate` then names the GPU jobs as missing). Pull requests build "
+        "the toolchain images without publishing them, so an image built from a pull request can never stand "
+        "under the tag main's jobs pull. The nightly refresh's checkout keeps no token: only its push step gets "
+        "one.",
+        "- `make lint` runs actionlint and zizmor (auditor persona, offline) over the workflows; the findings "
+        "zizmor may not judge (self-hosted runners, `pull_request_target`, an image named by the matrix) carry "
+        "their reason inline.",
+        "",
+        "Settings this relies on (repository or organisation administrators; the workflow files cannot enforce "
+        "them):",
+        "",
+        "- **Runner groups**: the GPU runners sit in a runner group open to this repository only, with workflow "
+        "access set to *selected workflows*: `.github/workflows/pr-gpu.yml`, `main.yml` and `nightly.yml` of this "
+        "repository, each pinned `@refs/heads/<default branch>`. A workflow file from a pull request, another "
+        "branch or a fork then gets no GPU runner whatever its `runs-on` says. This is the guard; the checks in "
+        "the files are there to fail early and say why.",
+        "- **Ephemeral runners**: each GPU runner is registered with `--ephemeral` (one job, then it deregisters "
+        "and its machine or container is created afresh, e.g. by Actions Runner Controller), so nothing a job "
+        "leaves behind (files, processes, docker images, credentials) meets the next one.",
+        "- **Outside contributors**: Actions, *Fork pull request workflows from outside collaborators*: require "
+        "approval for all outside collaborators, so a fork's CPU jobs wait until a maintainer has looked.",
+        f"- **Who may approve**: adding a label needs the triage role: give triage (and write) to maintainers "
+        f"only, so that `{APPROVAL_LABEL}` means a maintainer's review.",
+        "- **Token**: Actions, *Workflow permissions*: read repository contents and packages by default; jobs "
+        "ask for more in the file, with the reason beside each permission. The nightly refresh opens its pull "
+        "requests with the workflow token, which needs *Allow GitHub Actions to create and approve pull "
+        "requests*; the code-owner review below is what an Actions approval cannot give.",
+        f"- **Branch protection** of the default branch: require the `gate` check of `pull request` and the "
+        f"status `{GPU_STATUS}`, and a review by a code owner of `.github/`, `pipelines/` and `src/mha_ci/` (a "
+        "change there changes the guard itself, and takes effect for GPU runs only once merged).",
+        "",
+    ]

@@ -15,8 +15,10 @@ the plan listed, that
 A plan without jobs, or one listing a job twice, is red too: a gate that judged nothing (or counted
 one job for two) cannot vouch for the change.
 
-Standard library only: it runs as `python -m mha_ci.export.gate` with src/ on PYTHONPATH, with
-nothing installed. Exit 0 when all pass, 1 otherwise (the contract's "a gate failed").
+Standard library only (and mha_ci's standard-library modules): it runs as
+`python -m mha_ci.export.gate` with src/ on PYTHONPATH, with nothing installed. The artifacts are
+written by jobs that ran the pull request's code, so every file is read as a regular file of
+bounded size: a FIFO or a device there is red, never a gate that waits forever. Exit 0 when all pass, 1 otherwise (the contract's "a gate failed").
 """
 from __future__ import annotations
 
@@ -26,8 +28,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from mha_ci.errors import MhaCiError
+from mha_ci.files import read_capped
+
 RESULTS_SCHEMA = "mha-ci.results/1"
 ARTIFACT_PREFIX = "result-"
+# A run's results.json is tens of KiB (a few MiB with every failed test listed); a plan less.
+MAX_RESULT_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -52,12 +59,17 @@ def check_job(job_id: str, artifacts: Path, same_repository: bool = True) -> Job
             return JobCheck(job_id, False, f"no artifact {artifact_name(job_id)}: {WITHHELD_FROM_FORKS}")
         return JobCheck(job_id, False, f"no artifact {artifact_name(job_id)}: the job did not run or did not upload")
     code_file = folder / "exit-code"
-    if not code_file.is_file():
+    if not code_file.exists():
         return JobCheck(job_id, False, "no exit-code file: the run step did not finish")
-    code = code_file.read_text().strip()
     try:
-        results = json.loads((folder / "results.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        code = _read(code_file, "exit-code").decode(errors="replace").strip()
+    except MhaCiError as exc:
+        return JobCheck(job_id, False, str(exc))
+    try:
+        results = json.loads(_read(folder / "results.json", "results.json"))
+    except MhaCiError as exc:
+        return JobCheck(job_id, False, f"exit code {code}; {exc}")
+    except (ValueError, RecursionError) as exc:
         return JobCheck(job_id, False, f"exit code {code}; results.json unreadable ({exc.__class__.__name__})")
     if not isinstance(results, dict) or results.get("schema") != RESULTS_SCHEMA:
         return JobCheck(job_id, False, f"results.json is not {RESULTS_SCHEMA}")
@@ -98,6 +110,10 @@ def _not_a_full_pinned_pass(entry: dict, results: dict) -> str | None:
     return None
 
 
+def _read(path: Path, what: str) -> bytes:
+    return read_capped(path, what, MAX_RESULT_BYTES)
+
+
 def _mapping(value: object) -> dict:
     return value if isinstance(value, dict) else {}
 
@@ -114,9 +130,9 @@ def run_gate(plan_file: Path, artifacts: Path, plan_result: str = "success",
     if plan_result != "success":
         return 1, ["## CI gate", "", f"The plan job ended with '{plan_result}': no verdict is possible."]
     try:
-        plan = json.loads(Path(plan_file).read_text())
+        plan = json.loads(_read(Path(plan_file), "plan"))
         job_ids = [str(entry["id"]) for entry in plan["jobs"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (MhaCiError, ValueError, KeyError, TypeError, RecursionError) as exc:
         return 1, ["## CI gate", "", f"Cannot read the plan {plan_file}: {exc}"]
     if not job_ids:
         return 1, ["## CI gate", "", f"The plan {plan_file} lists no job: a gate that judged nothing is red."]

@@ -31,7 +31,6 @@ with exit code 130 / 143 before the interruption goes on up to the CLI.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from typing import Callable, Sequence, TextIO
 import mha_ci
 from mha_ci.errors import ExitCode, MhaCiError, interruption
 from mha_ci.executors.base import Executor
+from mha_ci.files import storage_failure, write_atomic
 from mha_ci.jobs import JobResult
 from mha_ci.jobs import checksums as checksums_kind
 from mha_ci.jobs import perf as perf_kind
@@ -156,6 +156,8 @@ def run_job(planned: PlannedJob, pipeline: Pipeline, executor: Executor, out_dir
         result = JobResult(job_id=job.id, kind=job.kind, verdict="error", exit_code=ExitCode.GATE_FAILED,
                            message=f"the {job.kind} job crashed: {last}",
                            details={"traceback": traceback.format_exc()})
+        if storage_failure(exc):          # a full disk is the machine's problem, not the code's
+            result.exit_code, result.message = ExitCode.ENVIRONMENT_ERROR, f"cannot write: {last}"
     result.reason = result.reason or planned.reason
     result.timings.setdefault("total", round(time.monotonic() - started, 3))
     return result
@@ -195,7 +197,7 @@ def _run_in_turn(jobs: list[PlannedJob], pipeline: Pipeline, executor: Executor,
         report.pending.remove(planned.job.id)
         job_dir = out_dir / "jobs" / result.job_id
         job_dir.mkdir(parents=True, exist_ok=True)
-        (job_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        write_atomic(job_dir / "result.json", json.dumps(result.to_json(), indent=2) + "\n")
         write_reports(report, summary)
         stream.write(f"mha-ci: {result.job_id}: {result.verdict.upper()} in {result.timings.get('total', 0):.1f} s"
                      f"{' - ' + result.message if result.message else ''}\n")
@@ -203,14 +205,8 @@ def _run_in_turn(jobs: list[PlannedJob], pipeline: Pipeline, executor: Executor,
 
 
 def write_reports(report: RunReport, summary_module) -> None:
-    _write_atomic(report.out_dir / "results.json", json.dumps(report.to_json(), indent=2) + "\n")
-    _write_atomic(report.out_dir / "summary.md", summary_module.render(report.to_json()))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    temp = path.with_name(path.name + ".tmp")
-    temp.write_text(text)
-    os.replace(temp, path)
+    write_atomic(report.out_dir / "results.json", json.dumps(report.to_json(), indent=2) + "\n")
+    write_atomic(report.out_dir / "summary.md", summary_module.render(report.to_json()))
 
 
 def run_provenance(pipeline: Pipeline, executor: str, pin_mode: str = "enforce") -> dict:

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints, model_validator
 
 # No '-' in arch names: job ids are <kind>-<arch>-<toolchain>[-<i>of<N>] and must split back.
 ArchName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.]*$")]
 ToolchainName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]*[a-z0-9]$")]
 NonEmpty = Annotated[str, StringConstraints(min_length=1, strip_whitespace=True)]
+# pydantic's lax mode reads YAML's `true` as 1 for an int field; strict ints take only integers.
+# Shared with the schemas of the other pipelines files.
+StrictCount = Annotated[int, Strict(), Field(ge=1)]
+StrictPositive = Annotated[int, Strict(), Field(gt=0)]
 
 
 class _Strict(BaseModel):
@@ -48,7 +52,7 @@ _DEVICE_OF_VENDOR = {"amd": "amd-gpu", "nvidia": "nvidia-gpu", "cpu": "none"}
 
 class CompileTargetSpec(_Strict):
     backend: Literal["hip", "cuda"]
-    arch: Union[int, str]                # "gfx950" for hip, 90 for cuda (GPUTarget's own types)
+    arch: Union[Annotated[int, Strict()], str]   # "gfx950" for hip, 90 for cuda (GPUTarget's own types)
     warp_size: Literal[32, 64]
 
     @model_validator(mode="after")
@@ -61,8 +65,8 @@ class CompileTargetSpec(_Strict):
 
 
 class LimitsSpec(_Strict):
-    shared_bytes: int = Field(gt=0)
-    registers: int = Field(gt=0)
+    shared_bytes: StrictPositive
+    registers: StrictPositive
 
 
 class ArchSpec(_Strict):
@@ -72,8 +76,8 @@ class ArchSpec(_Strict):
     runner_labels: list[NonEmpty] = Field(min_length=1)
     visible_devices_env: str | None
     compile_target: CompileTargetSpec | None
-    workers: int = Field(ge=1)
-    correctness_shards: int = Field(ge=1)
+    workers: StrictCount
+    correctness_shards: StrictCount
     limits: LimitsSpec | None = None
 
     @model_validator(mode="after")

@@ -2,13 +2,16 @@
 
     python -m mha_ci.payloads.checksums compute --target sm90=cuda:90:32 --target gfx950=hip:gfx950:64 \
         --out code_objects/triton-3.4.json [--cache-dir DIR] [--jobs N] [--determinism-sample 3] \
-        [--lock-sha256 HEX] [--package mha] [--only SUBSTRING]
+        [--lock-sha256 HEX] [--package mha] [--only SUBSTRING] [--shared-limit sm90=232448 ...]
     python -m mha_ci.payloads.checksums sample --target ... --keys K1,K2 --out FILE   (internal)
 
 Runs inside the toolchain environment (stdlib + triton + the kernel package). `compute` writes
-an mha-ci.codeobj/1 file (plus run details: determinism, errors, stats) and exits
-0 all variants compiled and the determinism sample agreed, 1 a variant failed to compile or
-the sample disagreed, 3 the environment cannot compile a target (pins, missing ld.lld).
+an mha-ci.codeobj/1 file (plus run details: determinism, errors, refused, stats) and exits
+0 all variants compiled and the determinism sample agreed, 1 a variant failed to compile, was
+refused over its arch's shared memory limit (`--shared-limit`: the compile stops before code
+generation, mha_ci.checksums.compile) or the sample disagreed, 2 `--only` matches no variant
+(the file then holds no records and the closest keys in its stats), 3 the environment cannot
+compile a target (pins, missing ld.lld).
 
 Determinism: a few variants (one per arch by default) are compiled again in two fresh
 processes, each with its own empty Triton cache and no use of our cache; all three hashes
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
 
 SAMPLE_PREFERENCE = ("/forward/", "fp16-d128-causal")
 MAX_FAILURES_SHOWN = 5
+CLOSEST_SHOWN = 3
+EXIT_USAGE = 2      # the orchestrating side turns it into a ConfigError (exit 2 of mha-ci)
 
 
 def _targets(values: list[str]) -> list[tuple[str, CompileTarget]]:
@@ -59,13 +64,30 @@ def _toolchain_info(args, package_dir: Path) -> dict:
     return info
 
 
-def _variants(targets, package: str, only: str | None):
+def _shared_limits(values: list[str]) -> dict[str, int]:
+    return {arch: int(limit) for arch, _, limit in (value.partition("=") for value in values)}
+
+
+def _variants(targets, package: str, only: str | None, shared_limits: dict[str, int] | None = None):
     from mha_ci.checksums.variants import enumerate_variants
     key_filter = (lambda key: only in key) if only else None
     out = []
     for arch, target in targets:
-        out += enumerate_variants(arch, target, package, key_filter)
+        out += enumerate_variants(arch, target, package, key_filter, (shared_limits or {}).get(arch))
     return out
+
+
+def _no_match(args, targets, toolchain: dict) -> int:
+    """`--only` matched nothing: say so with the closest keys, write a file without records
+    (where the orchestrating side reads them) and exit 2."""
+    from mha_ci.checksums.records import CodeObjectFile, dump
+    from mha_ci.checksums.variants import closest_keys
+    closest = closest_keys(args.only, [v.key for v in _variants(targets, args.package, None)], CLOSEST_SHOWN)
+    print(f"checksums: no variant matches --only {args.only!r}"
+          + (f"; closest keys: {', '.join(closest)}" if closest else ""), file=sys.stderr, flush=True)
+    dump(CodeObjectFile(toolchain, (), None, (), {"variants": 0, "only": args.only, "closest": closest}),
+         out_path(args.out))
+    return EXIT_USAGE
 
 
 def _package_dir(package: str) -> Path:
@@ -99,9 +121,11 @@ def compute(args) -> int:
     _log(f"triton {triton.__version__}, {', '.join(f'{k}={v}' for k, v in chosen.items())}")
 
     # 2. the variants, and the cache key of each
-    variants = _variants(targets, args.package, args.only)
+    variants = _variants(targets, args.package, args.only, _shared_limits(args.shared_limit))
     enumerated = time.monotonic()
     _log(f"{len(variants)} variants for {', '.join(a for a, _ in targets)} (enumerated in {enumerated - started:.1f} s)")
+    if args.only and not variants:
+        return _no_match(args, targets, toolchain)
     sources = tree_digest(package_dir)
     config_mod = importlib.import_module(f"{args.package}.config")
     config_digest = {arch: file_digest(Path(config_mod.config_path(arch))) for arch, _ in targets}
@@ -124,8 +148,9 @@ def compute(args) -> int:
     compiled_at = time.monotonic()
 
     # 4. records, and the determinism sample
-    records, errors = _records(variants, results)
-    determinism = check_determinism(args, records, variants) if args.determinism_sample > 0 else None
+    records, errors, refused = _records(variants, results)
+    # no record (every variant failed or was refused): nothing of this run to compile again
+    determinism = check_determinism(args, records, variants) if args.determinism_sample > 0 and records else None
     if determinism is not None and tree_digest(package_dir) != sources:
         # the fresh compiles saw other sources than the main run: their disagreement is an edit
         # made during the run, not a nondeterministic compiler
@@ -138,11 +163,13 @@ def compute(args) -> int:
              "compile_s": round(compiled_at - enumerated, 2),
              "determinism_s": round(time.monotonic() - compiled_at, 2),
              "total_s": round(time.monotonic() - started, 2)}
-    dump(CodeObjectFile(toolchain, tuple(records), determinism, tuple(errors), stats), out_path(args.out))
+    dump(CodeObjectFile(toolchain, tuple(records), determinism, tuple(errors), stats, tuple(refused)),
+         out_path(args.out))
     cleanup_triton_cache()
-    _log(f"{len(records)} records, {len(errors)} compile errors, wrote {out_path(args.out)} "
-         f"({stats['total_s']:.1f} s: {stats['cached']} cached, {stats['compiled']} compiled)")
-    if errors:
+    _log(f"{len(records)} records, {len(errors)} compile errors, {len(refused)} refused over the shared memory "
+         f"limit, wrote {out_path(args.out)} ({stats['total_s']:.1f} s: {stats['cached']} cached, "
+         f"{stats['compiled']} compiled)")
+    if errors or refused:
         return EXIT_GATE_FAILED
     if determinism is not None and not determinism["agree"]:
         return EXIT_GATE_FAILED
@@ -159,13 +186,17 @@ def _compile(todo: list, jobs: int, results: dict[str, dict], cache, keys: dict[
 
     def entry_of(result) -> dict:
         return {"sha256": result.sha256, "shared_bytes": result.shared_bytes, "registers": result.registers,
-                "spills": result.spills, "extra": result.extra, "seconds": result.seconds, "error": result.error}
+                "spills": result.spills, "extra": result.extra, "seconds": result.seconds, "error": result.error,
+                "refused": result.refused}
 
     def progress(result) -> None:
         # cached as each compile lands: an interrupted run keeps what it finished
         results[result.key] = entry_of(result)
         cache.put(keys[result.key], results[result.key])
         done[0] += 1
+        if result.refused:
+            _log(f"REFUSED {result.key}: {result.refused} (stopped before code generation, "
+                 f"{result.seconds:.1f} s)")
         if result.error:
             failed.append(result.key)
             if len(failed) <= MAX_FAILURES_SHOWN:      # the rest are counted by cause at the end
@@ -177,13 +208,17 @@ def _compile(todo: list, jobs: int, results: dict[str, dict], cache, keys: dict[
     compile_all(todo, jobs, progress)
 
 
-def _records(variants: list, results: dict[str, dict]) -> tuple[list, list[dict]]:
-    """The code-object record of each variant that compiled, and {key, error} of each that did not
-    (logged by cause)."""
+def _records(variants: list, results: dict[str, dict]) -> tuple[list, list[dict], list[dict]]:
+    """The code-object record of each variant that compiled, {key, error} of each that did not
+    (logged by cause), and {key, arch, value, limit} of each refused over the shared memory limit."""
     from mha_ci.checksums.records import CodeObjectRecord, error_summary
-    records, errors = [], []
+    records, errors, refused = [], [], []
     for variant in variants:
         entry = results[variant.key]
+        if entry.get("refused"):
+            refused.append({"key": variant.key, "arch": variant.arch, "value": entry["shared_bytes"],
+                            "limit": variant.task.shared_limit})
+            continue
         if entry.get("error"):
             errors.append({"key": variant.key, "error": entry["error"]})
             continue
@@ -199,7 +234,7 @@ def _records(variants: list, results: dict[str, dict]) -> tuple[list, list[dict]
             by_cause.setdefault(error_summary(error["error"])[:200], []).append(error["key"])
         for cause, keys in sorted(by_cause.items(), key=lambda item: -len(item[1])):
             _log(f"{len(keys)} variants failed to compile with: {cause} (e.g. {keys[0]})")
-    return records, errors
+    return records, errors, refused
 
 
 def pick_sample(records, count: int) -> list[str]:
@@ -282,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     compute_p.add_argument("--determinism-sample", type=int, default=3)
     compute_p.add_argument("--lock-sha256", default="")
     compute_p.add_argument("--only", default=None, help="only variants whose key contains this")
+    compute_p.add_argument("--shared-limit", action="append", default=[],
+                           help="ARCH=BYTES: stop a compile above this shared memory, before code generation")
     sub.choices["sample"].add_argument("--keys", required=True)
     args = parser.parse_args(argv)
     return run_guarded("checksums", lambda: compute(args) if args.mode == "compute" else sample(args))

@@ -104,7 +104,8 @@ def compile_mode(args) -> int:
             continue
         results[item["key"]] = {"error": None, "kernels": {}}
         for name in PASS_KERNELS[item["pass"]]:
-            task = task_for_spec(launch, specs[name], f"{item['key']}/{name}", targets[arch])
+            task = task_for_spec(launch, specs[name], f"{item['key']}/{name}", targets[arch],
+                                 shared_limit=request.get("shared_limits", {}).get(arch))
             keys[task.key] = cache_key(sources=sources, config=file_digest(Path(config_mod.config_path(arch))),
                                        identity=task.identity(), toolchain=key_toolchain)
             owner[task.key] = (item["key"], name)
@@ -119,7 +120,8 @@ def compile_mode(args) -> int:
 
     def progress(result: CompileResult) -> None:
         entry = {"sha256": result.sha256, "shared_bytes": result.shared_bytes, "registers": result.registers,
-                 "spills": result.spills, "extra": result.extra, "seconds": result.seconds, "error": result.error}
+                 "spills": result.spills, "extra": result.extra, "seconds": result.seconds, "error": result.error,
+                 "refused": result.refused}
         cache.put(keys[result.key], entry)
         item_key, name = owner[result.key]
         results[item_key]["kernels"][name] = entry

@@ -70,7 +70,9 @@ def compile_candidates(root: Path, toolchain, arch, pipeline, items: list[dict],
                        jobs: int | None) -> dict:
     """Run the compile payload on the CPU environment of the toolchain (no GPU needed)."""
     backend, target_arch, warp = arch.compile_target
-    request = {"targets": {arch.name: f"{backend}:{target_arch}:{warp}"}, "items": items}
+    request = {"targets": {arch.name: f"{backend}:{target_arch}:{warp}"}, "items": items,
+               # the compile stops before code generation above it (prune's "shared" rule)
+               "shared_limits": {arch.name: arch.limits.shared_bytes} if arch.limits else {}}
     outdir.write_json(Path(out) / "compile" / "request.json", request)
     result_path = Path(out) / "compile" / "results.json"
     result_path.unlink(missing_ok=True)

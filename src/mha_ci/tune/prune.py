@@ -5,7 +5,10 @@ Rules, in order; the first that holds prunes the candidate and is its reason:
   guard       a prohibition guard of the config file forbids a value for a problem the bucket
               can reach, on this toolchain (mha.guards);
   compile     the ahead-of-time compile failed (or the kernel refused the config);
-  shared      shared memory / LDS above the arch's limit (it would fail at launch);
+  shared      shared memory / LDS above the arch's limit (it would fail at launch); with the
+              limit in the compile request the compile stops before code generation there
+              (mha_ci.checksums.compile, shared memory gate), so the kernel has no code object,
+              only its refusal: seconds instead of minutes of ptxas;
   registers   registers per thread above the arch's limit;
   spills      the code object spills registers where the current config does not, or more.
 The current config is judged too (it may breach a limit under a new toolchain) but never pruned:
@@ -86,11 +89,14 @@ def _judge(result: dict, kernels: dict, limits, base_spills: int) -> tuple[str, 
     if result.get("error") or errors:
         text = result.get("error") or errors[0]
         return "compile", text.strip().splitlines()[-1][:300] if text.strip() else "compile failed"
+    refused = [f"{name}: {k['refused']}" for name, k in kernels.items() if k.get("refused")]
+    if refused:
+        return "shared", refused[0]
     if limits is not None:
         for name, k in kernels.items():
             if k["shared_bytes"] > limits.shared_bytes:
-                return "shared", (f"{name} needs {k['shared_bytes']} bytes of shared memory, the limit is "
-                                  f"{limits.shared_bytes} ({k['shared_bytes'] / limits.shared_bytes:.2f}x)")
+                return "shared", (f"{name}: shared memory {k['shared_bytes']} bytes > limit {limits.shared_bytes} "
+                                  f"({k['shared_bytes'] / limits.shared_bytes:.2f}x)")
         for name, k in kernels.items():
             if k["registers"] > limits.registers:
                 return "registers", f"{name} uses {k['registers']} registers, the limit is {limits.registers}"

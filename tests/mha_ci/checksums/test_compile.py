@@ -180,25 +180,34 @@ def test_real_kernel_comment_edit_changes_no_checksum(tmp_path, monkeypatch):
     assert shas(first) == shas(second) and len(shas(first)) >= 1
 
 
-def test_oversized_config_fails_compute_and_verify_without_a_gpu(tmp_path, monkeypatch, capsys):
-    """The retune failure class, planted in a copy of the real package: more pipeline stages of
-    wider tiles than sm90's shared memory holds. The compile itself succeeds (only a launch on
-    the GPU would fail); the resource gate fails the job, naming variant, figure and limit."""
+def test_oversized_config_is_refused_before_ptxas_in_seconds(tmp_path, monkeypatch, capsys):
+    """The retune failure class, planted in a copy of the real package: 256x256 tiles in 8
+    pipeline stages, far more than sm90's shared memory holds. ptxas on it takes minutes at
+    11 GB; shared memory is known after the LLIR stage, so the compile stops there and the
+    resource gate fails the job, naming variant, figure and limit, in seconds."""
     root = make_checkout(tmp_path / "real", REPO / "src" / "mha")
     monkeypatch.setenv("MHA_CI_CHECKSUMS_CACHE", str(root / ".cache" / "checksums"))
     config = root / "src" / "mha" / "configs" / "sm90-MHA-DEFAULT.json"
     data = json.loads(config.read_text())
-    data["forward"]["small_head"].update(BLOCK_N=256, num_stages=4)
+    data["forward"]["small_head"].update(BLOCK_M=256, BLOCK_N=256, num_stages=8)
     config.write_text(json.dumps(data, indent=2))
     only = "sm90/forward/small_head/fwd/fp16-d64-plain"
     args = ["--toolchain", "triton-3.8", "--arch", "sm90", "--only", only]
-    assert main(["--root", str(root), "checksums", "compute", *args]) == 1
-    err = capsys.readouterr().err
-    assert f"OVER LIMIT {only}: shared memory" in err and "exceeds the sm90 limit of 232448" in err, err
     assert main(["--root", str(root), "checksums", "verify", *args]) == 1
+    out = capsys.readouterr().out
+    assert f"OVER LIMIT {only}: shared memory" in out and "exceeds the sm90 limit of 232448" in out, out
+    fresh = records.load(root / "out" / "code_objects" / "triton-3.8.json")
+    assert fresh.records == () and [r["key"] for r in fresh.refused] == [only]       # no code object
+    assert fresh.stats["compile_s"] < 120, fresh.stats       # ptxas alone took minutes
     verdict = json.loads((root / "out" / "code_objects" / "triton-3.8.verify.json").read_text())
     assert [(b["key"], b["figure"], b["limit"]) for b in verdict["over_limits"]] == [(only, "shared memory", 232448)]
     assert verdict["over_limits"][0]["value"] > 232448
-    assert main(["--root", str(root), "checksums", "update", *args]) == 1     # refused, nothing stored
-    assert "exceed their arch's limits" in capsys.readouterr().err
-    assert not (root / "perf_baselines" / "code_objects" / "triton-3.8.json").exists()
+    # compute and update fail alike and store nothing: tests/mha_ci/fault_injection/test_checksums_inputs.py
+
+
+def test_only_matching_no_variant_is_a_usage_error(tmp_path, capsys):
+    root = make_checkout(tmp_path / "toy", TOY)
+    args = ["--toolchain", "triton-3.8", "--arch", "sm90", "--only", "fp16-d64-plian"]
+    assert main(["--root", str(root), "checksums", "verify", *args]) == 2
+    err = capsys.readouterr().err
+    assert "no variant matches --only 'fp16-d64-plian'" in err and "closest keys: sm90/" in err, err

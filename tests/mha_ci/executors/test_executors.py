@@ -1,5 +1,6 @@
 """The venv and host executors: clean environment, pin check as exit 3, streaming, timeouts, and
-the venv cache (named by lock hash, built atomically, built once under concurrency).
+the venv cache (named by lock hash, built atomically, built once under concurrency, checked against
+pip's RECORD before reuse, stale build folders removed).
 
 The venv tests build tiny environments from a one-package lock (iniconfig, a few seconds each);
 the real toolchain environments are built by the slow tests in test_run_correctness.py.
@@ -167,3 +168,156 @@ def test_missing_lock_file_is_an_environment_problem(tmp_path):
     executor = VenvExecutor(tmp_path, cache=tmp_path / "cache", stream=io.StringIO())
     with pytest.raises(EnvironmentProblem, match="does not exist"):
         executor.ensure_env(_toolchain("gone", {}, lock=tmp_path / "nope.lock"))
+
+
+# A stand-in for a built environment, made in milliseconds: the marker, bin/python, and one
+# installed package whose RECORD lists its files (what pip leaves behind).
+def _fake_env(executor: VenvExecutor, target: Path) -> None:
+    import json
+    import sys
+    site = target / "lib" / "python3.11" / "site-packages"
+    (site / "iniconfig").mkdir(parents=True)
+    (site / "iniconfig" / "__init__.py").write_text("VERSION = '2.3.1'\n")
+    info = site / "iniconfig-2.3.1.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text("iniconfig/__init__.py,sha256=x,18\niniconfig/__pycache__/__init__.cpython-311.pyc,,\n"
+                                 "iniconfig-2.3.1.dist-info/RECORD,,\n")
+    (target / "bin").mkdir()
+    (target / "bin" / "python").symlink_to(sys.executable)
+    (target / MARKER).write_text(json.dumps({"base_python_version": executor._base_version()}))
+
+
+@pytest.fixture
+def fake_builds(tmp_path, tiny_lock, monkeypatch) -> tuple[VenvExecutor, Toolchain, list[Path]]:
+    executor = VenvExecutor(tmp_path, cache=tmp_path / "cache", stream=io.StringIO())
+    builds: list[Path] = []
+
+    def build(toolchain, target):
+        builds.append(target)
+        _fake_env(executor, target)
+    monkeypatch.setattr(executor, "_build", build)
+    return executor, _toolchain("tiny", {"iniconfig": "2.3.1"}, lock=tiny_lock), builds
+
+
+def test_a_cached_venv_missing_an_installed_file_is_rebuilt(fake_builds):
+    executor, toolchain, builds = fake_builds
+    env = executor.ensure_env(toolchain)
+    assert VenvExecutor(executor.root, cache=executor.venvs.parent).ensure_env(toolchain) == env and len(builds) == 1
+    (env / "lib" / "python3.11" / "site-packages" / "iniconfig" / "__init__.py").unlink()
+    fresh = VenvExecutor(executor.root, cache=executor.venvs.parent, stream=io.StringIO())
+    fresh._build = executor._build          # type: ignore[method-assign]
+    assert fresh.ensure_env(toolchain) == env and len(builds) == 2
+    assert "iniconfig/__init__.py" in fresh.stream.getvalue()       # type: ignore[attr-defined]
+
+
+def test_a_venv_still_damaged_after_its_rebuild_is_an_environment_problem(fake_builds, monkeypatch):
+    executor, toolchain, builds = fake_builds
+    build = executor._build
+
+    def broken_build(toolchain, target):
+        build(toolchain, target)
+        (target / "lib" / "python3.11" / "site-packages" / "iniconfig-2.3.1.dist-info" / "RECORD").unlink()
+    monkeypatch.setattr(executor, "_build", broken_build)
+    with pytest.raises(EnvironmentProblem, match="iniconfig"):
+        executor.ensure_env(toolchain)
+
+
+def test_stale_build_folders_are_removed_but_not_one_in_progress(fake_builds):
+    import fcntl
+    executor, toolchain, builds = fake_builds
+    venvs = executor.venvs
+    venvs.mkdir(parents=True)
+    name = executor.env_path(toolchain).name
+    killed_here = venvs / f".{name}.building-abc123"            # this environment's build, killed
+    killed_other = venvs / ".other-0123456789ab.building-def456"  # an older lock's build, killed
+    in_progress = venvs / ".busy-0123456789ab.building-ghi789"   # another process builds it now
+    for folder in (killed_here, killed_other, in_progress):
+        (folder / "lib").mkdir(parents=True)
+    with open(venvs / ".busy-0123456789ab.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        executor.ensure_env(toolchain)
+        assert not killed_here.exists() and not killed_other.exists()
+        assert in_progress.is_dir()
+
+
+# --------------------------------------------------------------------------- docker image choice
+
+class _Image:
+    def __init__(self, client: "_Docker", id_: str, labels: dict[str, str]) -> None:
+        self.client, self.id, self.labels, self.attrs = client, id_, labels, {}
+
+    def tag(self, repository: str, tag: str) -> None:
+        self.client.images.store[f"{repository}:{tag}"] = self
+
+
+class _Images:
+    def __init__(self, client: "_Docker") -> None:
+        self.client, self.store, self.registry = client, {}, {}
+
+    def get(self, reference: str) -> _Image:
+        import docker.errors
+        if reference not in self.store:
+            raise docker.errors.ImageNotFound(reference)
+        return self.store[reference]
+
+    def pull(self, reference: str) -> _Image:
+        import docker.errors
+        if reference not in self.registry:
+            raise docker.errors.NotFound(f"manifest unknown: {reference}")
+        self.store[reference] = self.registry[reference]
+        return self.store[reference]
+
+
+class _Docker:
+    """What ensure_image asks of a docker client, with images held in dictionaries."""
+
+    def __init__(self) -> None:
+        self.images = _Images(self)
+
+
+@pytest.fixture
+def image_setup(pipeline_root, tmp_path, monkeypatch):
+    from mha_ci.containers import engine
+    from mha_ci.containers.images import content_digest, discover
+    from mha_ci.model.loader import load_pipeline
+    monkeypatch.setenv("MHA_CI_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MHA_CI_REGISTRY", raising=False)
+    spec = discover(load_pipeline(pipeline_root).toolchains.values())[0]
+    client = _Docker()
+    client.images.store[spec.base_image] = _Image(client, "sha256:base", {})
+    builds: list[str] = []
+
+    def build(client_, spec_, base, tag, t0, log):
+        builds.append(tag)
+        client_.images.store[tag] = _Image(client_, "sha256:fresh", {engine.LABEL_CONTENT_DIGEST: content_digest(spec_)})
+        return engine.BuiltImage(tag, "sha256:fresh", spec_.base_image, "d", True, 0.0)
+    monkeypatch.setattr(engine, "_build_locked", build)
+    return client, spec, builds, content_digest(spec)
+
+
+def test_a_local_image_is_used_when_its_content_digest_matches(image_setup):
+    from mha_ci.containers.engine import LABEL_CONTENT_DIGEST, ensure_image
+    client, spec, builds, digest = image_setup
+    client.images.store[spec.reference()] = _Image(client, "sha256:ok", {LABEL_CONTENT_DIGEST: digest})
+    assert ensure_image(client, spec, build=False, log=lambda line: None).id == "sha256:ok" and builds == []
+
+
+@pytest.mark.parametrize("labels", [{}, {"mha-ci.content-digest": "0123456789ab"}], ids=["unlabelled", "other"])
+def test_a_local_image_whose_digest_differs_is_rebuilt_or_refused(image_setup, labels):
+    from mha_ci.containers.engine import ensure_image
+    client, spec, builds, digest = image_setup
+    client.images.store[spec.reference()] = _Image(client, "sha256:planted", labels)
+    with pytest.raises(EnvironmentProblem, match=f"content digest .*{digest}"):
+        ensure_image(client, spec, build=False, log=lambda line: None)
+    lines: list[str] = []
+    assert ensure_image(client, spec, log=lines.append).id == "sha256:fresh" and builds == [spec.reference()]
+    assert any("rebuilding" in line for line in lines), lines
+
+
+def test_a_pulled_image_whose_digest_differs_is_not_used(image_setup, monkeypatch):
+    from mha_ci.containers.engine import ensure_image
+    client, spec, builds, digest = image_setup
+    monkeypatch.setenv("MHA_CI_REGISTRY", "ghcr.io/owner/repo")
+    client.images.registry[spec.reference()] = _Image(client, "sha256:from-a-pull-request", {})
+    with pytest.raises(EnvironmentProblem, match="content digest"):
+        ensure_image(client, spec, build=False, log=lambda line: None)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from mha_ci.cli import main as cli
 from mha_ci.export import ci_guide
+from mha_ci.export.approved_gpu import APPROVAL_LABEL, GPU_STATUS
 from mha_ci.model.loader import load_pipeline
 
 
@@ -29,3 +30,13 @@ def test_guide_follows_a_pipeline_change(pipeline_root, capsys):
     assert cli(["--root", str(pipeline_root), "export", "readme"]) == 0
     assert "| `ci:hopper` | correctness on sm90; perf on sm90 |" in capsys.readouterr().out
     assert cli(["--root", str(pipeline_root), "export", "ci-guide", "--check"]) == 1    # no docs/ci-guide.md there
+
+
+def test_guide_states_the_trust_model_and_the_settings_it_relies_on(repo_root):
+    text = ci_guide.render(load_pipeline(repo_root))
+    trust = text[text.index("### Trust"):text.index("### Labels")]
+    for needed in ("`pr-gpu.yml`", "`pull_request_target`", f"`{APPROVAL_LABEL}`", f"`{GPU_STATUS}`",
+                   "GitHub-hosted", "exit 2", "default branch", "read-only token", "no secrets",
+                   "*selected workflows*", "--ephemeral", "require approval for all outside collaborators",
+                   "triage", "Branch protection"):
+        assert needed in trust, needed

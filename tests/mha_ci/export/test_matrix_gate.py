@@ -179,3 +179,21 @@ def test_gate_fails_on_an_empty_plan_or_a_job_planned_twice(tmp_path, plan_file)
     plan_file.write_text(json.dumps({"jobs": [PLAN["jobs"][0], PLAN["jobs"][0]], "skipped": []}))
     code, lines = gate.run_gate(plan_file, artifacts)
     assert code == 1 and any("twice" in line or "2 times" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("name", ["results.json", "exit-code"])
+def test_gate_is_red_on_a_fifo_or_an_oversized_result_file_without_waiting(tmp_path, plan_file, name):
+    import os
+    artifacts = tmp_path / "a"
+    for job in PLAN["jobs"]:
+        result_artifact(artifacts, job["id"])
+    folder = artifacts / gate.artifact_name("perf-sm90-triton-3.4")
+    (folder / name).unlink()
+    os.mkfifo(folder / name)
+    code, lines = gate.run_gate(plan_file, artifacts)
+    assert code == 1 and any("perf-sm90-triton-3.4" in line and "FIFO" in line for line in lines), lines
+    (folder / name).unlink()
+    with (folder / name).open("wb") as handle:
+        handle.truncate(gate.MAX_RESULT_BYTES + 1)
+    code, lines = gate.run_gate(plan_file, artifacts)
+    assert code == 1 and any("perf-sm90-triton-3.4" in line and "allowed" in line for line in lines), lines

@@ -143,12 +143,17 @@ def _no_space(*args, **kwargs):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def test_a_full_disk_under_out_is_an_environment_error_not_a_crash(pipeline_root, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("failing", ["job files", "results"])
+def test_a_full_disk_under_out_is_an_environment_error_not_a_crash(pipeline_root, tmp_path, monkeypatch, capsys,
+                                                                   failing):
     from mha_ci.jobs import runner
     from mha_ci.jobs.correctness.job import run_job
     out = tmp_path / "out"
     runner.register("correctness", lambda job, pipeline, executor, o: run_job(job, pipeline, _CollectOnly(), o))
-    monkeypatch.setattr(Path, "write_text", _no_space)
+    if failing == "job files":
+        monkeypatch.setattr(Path, "write_text", _no_space)
+    else:
+        monkeypatch.setattr(os, "fsync", _no_space)
     try:
         code = cli(["--root", str(pipeline_root), "run", "--job", "correctness-interpreter-triton-3.4-1of2",
                     "--executor", "host", "--out", str(out)])
@@ -156,6 +161,7 @@ def test_a_full_disk_under_out_is_an_environment_error_not_a_crash(pipeline_root
         runner.unregister("correctness")
     assert code == 3
     assert "No space left on device" in capsys.readouterr().err
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_an_atomic_write_that_fails_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
@@ -195,3 +201,20 @@ def test_a_second_run_into_an_out_folder_in_use_is_refused(pipeline_root, tmp_pa
     assert second == [2]
     assert "in use by another" in capsys.readouterr().err
     assert json.loads((out / "results.json").read_text())["status"] == "finished"
+
+
+@pytest.mark.parametrize("value", ["ghcr.io/../../x", "ghcr.io/owner/..", "ghcr.io/./repo", "ghcr.io//repo",
+                                   "ghcr.io/owner/-repo", "ghcr.io/owner/repo.", "-ghcr.io/owner", "ghcr..io/owner",
+                                   "ghcr.io:99999999/owner", "ghcr.io/owner/re___po"])
+def test_a_registry_that_is_not_an_image_reference_is_a_usage_error(value):
+    from mha_ci.containers.images import registry
+    from mha_ci.errors import ConfigError
+    with pytest.raises(ConfigError, match="MHA_CI_REGISTRY"):
+        registry({"MHA_CI_REGISTRY": value})
+
+
+@pytest.mark.parametrize("value", ["ghcr.io/owner/repo", "127.0.0.1:5000/owner/repo", "localhost/mha-ci",
+                                   "registry.example.com/a/b-c/d__e", "ghcr.io/owner/repo.name_x"])
+def test_registry_paths_that_are_references_are_accepted(value):
+    from mha_ci.containers.images import registry
+    assert registry({"MHA_CI_REGISTRY": value}) == value

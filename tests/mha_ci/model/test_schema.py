@@ -283,3 +283,12 @@ def test_resource_limits_must_be_positive(pipeline_root, capsys):
     _edit(pipeline_root, "archs.yaml", "limits: {shared_bytes: 65536,", "limits: {shared_bytes: 0,")
     assert _validate(pipeline_root) == 2
     assert "shared_bytes" in _error(capsys)
+
+
+@pytest.mark.parametrize("old, new", [("workers: 8", "workers: true"), ("correctness_shards: 4", "correctness_shards: yes"),
+                                      ("shared_bytes: 65536", "shared_bytes: true")])
+def test_a_boolean_is_not_a_count(pipeline_root, capsys, old, new):
+    _edit(pipeline_root, "archs.yaml", old, new)
+    assert _validate(pipeline_root) == 2
+    err = capsys.readouterr().err
+    assert "archs.yaml:" in err and "integer" in err, err
