@@ -1,8 +1,10 @@
 # sourced on the device: pydantic wheels, the carried Triton bundle, branch bwd from the bundle
 T0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
+if [ -f .site/site.tar.xz ]; then mkdir -p /tmp/site && tar -C /tmp/site -xJf .site/site.tar.xz
+else python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1; fi
 rm -rf /tmp/tri; mkdir -p /tmp/tri; for b in .b3*/triton-*.tar.xz; do [ -f "$b" ] && tar -C /tmp/tri -xJf "$b"; done
-git fetch -q -f .gitb/bwd.bundle bwd:refs/heads/bwd-run || { echo "no git history here for the bundle"; exit 9; }
+H=$(git bundle list-heads .gitb/bwd.bundle | head -1 | cut -d' ' -f2)
+git fetch -q -f .gitb/bwd.bundle $H:refs/heads/bwd-run || { echo "no git history here for the bundle"; exit 9; }
 rm -rf /tmp/w; git clone -q -b bwd-run . /tmp/w && cd /tmp/w || exit 9
 git config user.name "mha-ci nightly"; git config user.email "nightly@mha-ci.invalid"
 export PYTHONPATH=/tmp/tri:/tmp/site:/tmp/w/src PYTHONUNBUFFERED=1 MHA_CI_CACHE=/tmp/mc TRITON_CACHE_DIR=/tmp/tc
