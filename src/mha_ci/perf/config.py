@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 from mha_ci.errors import ConfigError
 from mha_ci.model.yaml_source import closest, load_validated
@@ -95,17 +95,24 @@ class PerfFile(_Strict):
 # workloads.yaml ----------------------------------------------------------------------------
 
 Layout = Literal["dense", "varlen"]
-Window = tuple[int, int]
+# A window side is -1 (unbounded, as flash-attn) or a number of keys; Strict: `true` is not 1.
+WindowSide = Annotated[int, Strict(), Field(ge=-1)]
+Window = tuple[WindowSide, WindowSide]
 # A size, sequence length or TP degree: 0 would divide by zero when the shapes are made.
-Count = Annotated[int, Field(ge=1)]
+Count = Annotated[int, Strict(), Field(ge=1)]
+# The head dims the kernel package runs (mha.validation.MIN_HEAD_DIM/MAX_HEAD_DIM; that module
+# imports torch, which the orchestrating side has not, so the bounds are repeated here and a
+# test holds them equal).
+HEAD_DIM_RANGE = (8, 256)
+HeadDim = Annotated[int, Strict(), Field(ge=HEAD_DIM_RANGE[0], le=HEAD_DIM_RANGE[1])]
 
 
 class ModelSpec(_Strict):
     name: str = Field(min_length=1)
-    hq: int = Field(ge=1)
-    hk: int = Field(ge=1)
-    dqk: int = Field(ge=1)
-    dv: int = Field(ge=1)
+    hq: Count
+    hk: Count
+    dqk: HeadDim
+    dv: HeadDim
     sink: bool = False
     window: Window = (-1, -1)
 
@@ -117,20 +124,20 @@ class ModelSpec(_Strict):
 
 
 class ModelShapesSpec(_Strict):
-    batch: int = Field(ge=1)
-    seqlen: int = Field(ge=1)
+    batch: Count
+    seqlen: Count
     causal: list[bool] = Field(min_length=1)
     layouts: list[Layout] = Field(min_length=1)
 
 
 class CrossAttentionSpec(_Strict):
-    sq: int = Field(ge=1)
-    sk: int = Field(ge=1)
+    sq: Count
+    sk: Count
 
 
 class BenchSpec(_Strict):
-    token_budget: int = Field(ge=1)
-    concurrent_sequences: int = Field(ge=1)
+    token_budget: Count
+    concurrent_sequences: Count
     layout: Layout = "dense"
     prefill_seqlens: list[Count] = Field(min_length=1)
     prefill_extra_windows: list[Window] = []
@@ -148,13 +155,13 @@ class BenchSpec(_Strict):
 
 class TestShapeSpec(_Strict):
     layouts: list[Layout] = Field(min_length=1)
-    batch: int = Field(ge=1)
-    hq: int = Field(ge=1)
-    hk: int = Field(ge=1)
-    sq: int = Field(ge=1)
-    sk: int = Field(ge=1)
-    dqk: int = Field(ge=1)
-    dv: int = Field(ge=1)
+    batch: Count
+    hq: Count
+    hk: Count
+    sq: Count
+    sk: Count
+    dqk: HeadDim
+    dv: HeadDim
     causal: bool
     window: Window = (-1, -1)
     sink: bool = False

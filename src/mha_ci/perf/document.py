@@ -23,21 +23,25 @@ from pathlib import Path
 from typing import TypeGuard
 
 from mha_ci.errors import ConfigError
+from mha_ci.files import read_capped
 
 SCHEMA = "mha-ci.perf/1"
 SHAPES_SCHEMA = "mha-ci.perf-shapes/1"
 DISPATCHES_SCHEMA = "mha-ci.perf-dispatches/1"
 SUBSETS = ("pr", "full", "custom")
+# A full baseline with history is a few MB; a dispatch dump of the full set tens of MB.
+MAX_PERF_BYTES = 256 * 2**20
 STATS_KEYS = ("trimmed_mean_us", "median_us", "max_us", "noise_pct", "reps", "dispatches")
 
 
 def load_perf(path: Path) -> dict:
     """A checked mha-ci.perf/1 document; a wrong file is a usage error (exit 2) naming it."""
     path = Path(path)
+    if not path.exists():
+        raise ConfigError("perf result not found", file=str(path))
     try:
-        doc = json.loads(path.read_text(), parse_int=_float_sized_int)
-    except FileNotFoundError:
-        raise ConfigError("perf result not found", file=str(path)) from None
+        # A regular file of bounded size: a FIFO or a device would block or never end.
+        doc = json.loads(read_capped(path, "perf result", MAX_PERF_BYTES).decode(), parse_int=_float_sized_int)
     except OSError as exc:      # a folder, no permission
         raise ConfigError(f"cannot read perf result: {exc.strerror or exc}", file=str(path)) from None
     except UnicodeDecodeError as exc:

@@ -56,7 +56,7 @@ from mha_ci.perf import comparable
 from mha_ci.perf.combine import roll
 from mha_ci.perf.compare import Comparison, GatePolicy, compare
 from mha_ci.perf.document import SCHEMA as PERF_SCHEMA
-from mha_ci.perf.document import check_perf
+from mha_ci.perf.document import check_perf, load_perf
 from mha_ci.refresh import branch as git_branch
 from mha_ci.refresh import report
 from mha_ci.refresh.remeasure import disturbances, splice
@@ -124,12 +124,10 @@ class RefreshResult:
 # -- checks ----------------------------------------------------------------------------------
 
 def _load_json(path: Path) -> dict | None:
-    if not path.is_file():
+    """The stored baseline, checked as any perf document is (exit 2 naming it); None when absent."""
+    if not path.exists():
         return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"stored baseline is not JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+    return load_perf(path)
 
 
 def measurement_problems(doc: dict, arch: Arch, toolchain: Toolchain, old: dict | None,
