@@ -72,7 +72,7 @@ class Problem:
 @dataclass(frozen=True)
 class KernelSpec:
     name: str
-    fn: object
+    fn: triton.JITFunction
     signature: dict = field(hash=False)
     constexprs: dict = field(hash=False)
     num_warps: int
@@ -133,7 +133,7 @@ def _bwd_signature(ptr: str, kind: str) -> dict:
     if kind == "dkdv":
         args = [("Q", ptr), ("K", ptr), ("V", ptr), ("DOut", ptr), ("Lse", "*fp32"), ("Delta", "*fp32"),
                 ("DK", ptr), ("DV", ptr)]
-        grads = ("stride_dkb", "stride_dks", "stride_dkh", "stride_dvb", "stride_dvs", "stride_dvh")
+        grads: tuple[str, ...] = ("stride_dkb", "stride_dks", "stride_dkh", "stride_dvb", "stride_dvs", "stride_dvh")
         heads = "num_heads_k"
     else:
         args = [("Q", ptr), ("K", ptr), ("V", ptr), ("DOut", ptr), ("Lse", "*fp32"), ("Delta", "*fp32"),

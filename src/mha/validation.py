@@ -13,6 +13,7 @@ the last check before a launch, then refuses those (they have no data to compute
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import operator
@@ -315,7 +316,7 @@ def _cu_summary(name: str, cu: torch.Tensor) -> tuple[int, int]:
     summary = (host[-1], max(steps))
     if state is not None:
         key = id(cu)
-        ref = weakref.ref(cu, lambda _r, key=key: _forget(key, _r))
+        ref = weakref.ref(cu, functools.partial(_forget, key))
         with _cu_cache_lock:
             if len(_cu_cache) >= _CU_CACHE_LIMIT and key not in _cu_cache:
                 _cu_cache.pop(next(iter(_cu_cache)))  # oldest first (dicts keep insertion order)
