@@ -48,14 +48,16 @@ STATUSES = ("improvement", "ok", "regression", "invalid")
 
 @dataclass(frozen=True)
 class GatePolicy:
-    floor_pct: float = 3.0
-    k: float = 2.5
-    invalid_noise_pct: float = 5.0
-    stall_factor: float = 3.0
-    stall_min_excess_us: float = 50.0
-    fail_on_stall: bool = False
-    fail_on_invalid: bool = False
-    max_invalid_pct: float = 5.0
+    """The gate's settings. No defaults: pipelines/perf.yaml is their one home, and
+    mha_ci.perf.config.gate_policy builds this from it."""
+    floor_pct: float
+    k: float
+    invalid_noise_pct: float
+    stall_factor: float
+    stall_min_excess_us: float
+    fail_on_stall: bool
+    fail_on_invalid: bool
+    max_invalid_pct: float
 
     def threshold_pct(self, noise_base: float, noise_cand: float) -> float:
         return max(self.floor_pct, self.k * math.hypot(noise_base, noise_cand))

@@ -26,7 +26,8 @@ from mha_ci.executors.venv import VenvExecutor
 from mha_ci.model.loader import load_pipeline
 from mha_ci.payloads import pincheck
 from mha_ci.perf import comparable
-from mha_ci.perf.compare import GatePolicy, compare
+from mha_ci.perf.compare import compare
+from perf_builders import gate
 from mha_ci.refresh.core import RefreshPolicy, measurement_problems
 
 REPO = Path(__file__).resolve().parents[3]
@@ -183,7 +184,7 @@ def test_an_unpinned_candidate_is_gated_and_the_verdict_says_so():
     stats = {"trimmed_mean_us": 100.0, "median_us": 100.0, "max_us": 101.0, "noise_pct": 1.0, "reps": 5,
              "dispatches": 40}
     doc = lambda prov: {"provenance": prov, "results": [{"key": "k", "stats": stats}], "selection": {"subset": "pr"}}
-    c = compare(doc(_prov()), doc(_prov(pins_checked=False, pin_mismatches=["torch 2.11.0"])), GatePolicy())
+    c = compare(doc(_prov()), doc(_prov(pins_checked=False, pin_mismatches=["torch 2.11.0"])), gate())
     assert not c.refused and c.summary["ok"] == 1
     assert any(n.startswith("UNPINNED candidate") for n in c.notes) and c.to_dict()["notes"]
 

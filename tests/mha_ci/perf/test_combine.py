@@ -9,10 +9,10 @@ import pytest
 
 from mha_ci.errors import ConfigError
 from mha_ci.perf.combine import combine
-from mha_ci.perf.compare import GatePolicy, compare
+from mha_ci.perf.compare import compare
 from mha_ci.perf.document import check_perf
 
-from perf_builders import doc, entry  # noqa: E402
+from perf_builders import doc, entry, gate  # noqa: E402
 
 KEYS = ["dense_b1_hq8_hk8_sq1024_sk1024_dqk64_dv64_c1", "dense_b64_hq8_hk1_sq1_sk4096_dqk128_dv128_c1"]
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,7 +37,7 @@ def test_median_value_and_between_run_noise_per_shape():
 def test_a_shape_that_moves_between_runs_gets_a_wider_threshold():
     runs = _runs([(100.0, 50.0), (106.0, 50.0)])
     candidate = doc([entry(KEYS[0], 108.0), entry(KEYS[1], 54.0)])
-    policy = GatePolicy(floor_pct=3.0, k=2.5)
+    policy = gate(floor_pct=3.0, k=2.5)
     single = compare(runs[0], candidate, policy)
     assert [v.status for v in single.shapes] == ["regression", "regression"]
     combined = compare(combine(runs), candidate, policy)

@@ -4,16 +4,16 @@ import json
 import pytest
 
 from mha_ci.cli import main
-from mha_ci.perf.compare import GatePolicy, compare
+from mha_ci.perf.compare import compare
 from mha_ci.perf.document import perf_from_dump
 
-from perf_builders import doc, entry, synthetic_dump, write  # noqa: E402
+from perf_builders import doc, entry, gate, synthetic_dump, write  # noqa: E402
 
 A = "dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1"
 B = "dense_b1_hq128_hk8_sq8192_sk8192_dqk128_dv128_c1"
 C = "varlen_b1_hq8_hk8_sq8192_sk8192_dqk192_dv128_c1"
 D = "dense_b64_hq8_hk1_sq1_sk1024_dqk128_dv128_c1"
-POLICY = GatePolicy(floor_pct=3.0, k=2.5, invalid_noise_pct=5.0)
+POLICY = gate(floor_pct=3.0, k=2.5, invalid_noise_pct=5.0)
 
 
 def by_key(comparison):
@@ -60,7 +60,7 @@ def test_invalid_when_noisy_missing_or_failed():
                     POLICY)
     assert quiet.summary["invalid"] == 2 and not quiet.gate_failed
     assert compare(doc([entry(A, 100.0, noise=6.0), *judged]), doc([entry(A, 100.0), *judged]),  # ...unless asked to
-                   GatePolicy(fail_on_invalid=True)).gate_failed
+                   gate(fail_on_invalid=True)).gate_failed
 
 
 def many(n: int) -> list[str]:
@@ -80,13 +80,13 @@ def test_a_verdict_needs_a_judged_shape():
 def test_more_than_the_invalid_share_fails(invalid, total, fails):
     keys = many(total)
     base = doc([entry(key, 100.0, noise=6.0 if i < invalid else 0.5) for i, key in enumerate(keys)])
-    c = compare(base, doc([entry(key, 100.0) for key in keys]), GatePolicy(max_invalid_pct=5.0))
+    c = compare(base, doc([entry(key, 100.0) for key in keys]), gate(max_invalid_pct=5.0))
     assert c.summary["invalid"] == invalid and c.gate_failed is fails
     if fails:
         assert c.failures == [f"{invalid} of {total} shapes invalid ({100 * invalid / total:.1f} %), "
                               "more than gate.max_invalid_pct 5 %"]
     assert compare(base, doc([entry(key, 100.0) for key in keys]),
-                   GatePolicy(max_invalid_pct=0.0)).gate_failed is bool(invalid)
+                   gate(max_invalid_pct=0.0)).gate_failed is bool(invalid)
 
 
 def test_between_run_noise_counts_against_the_invalid_limit_on_both_sides():
@@ -160,7 +160,7 @@ def test_stall_is_flagged_even_when_the_mean_is_ok():
     c = compare(base, cand, POLICY)
     assert c.shapes[0].status == "ok" and c.shapes[0].stall == stall
     assert not c.gate_failed
-    assert compare(base, cand, GatePolicy(fail_on_stall=True)).gate_failed
+    assert compare(base, cand, gate(fail_on_stall=True)).gate_failed
 
 
 def test_fixture_stall_survives_to_the_comparison():

@@ -4,10 +4,9 @@ from the other groups' runs."""
 import pytest
 
 from mha_ci.errors import ConfigError
-from mha_ci.perf.compare import GatePolicy
 from mha_ci.perf.held_out import combined_without, leave_one_group_out
 
-from perf_builders import doc, entry  # noqa: E402
+from perf_builders import doc, entry, gate  # noqa: E402
 
 KEYS = ["dense_b1_hq8_hk8_sq1024_sk1024_dqk64_dv64_c1", "dense_b64_hq8_hk1_sq1_sk4096_dqk128_dv128_c1"]
 
@@ -38,7 +37,7 @@ def test_combined_without_leaves_out_one_group(machines):
 
 def test_each_group_is_judged_against_the_others(machines):
     docs, groups = machines
-    rows = leave_one_group_out(docs, groups, GatePolicy(floor_pct=3.0, k=2.0))
+    rows = leave_one_group_out(docs, groups, gate(floor_pct=3.0, k=2.0))
     assert [(r["group"], r["run"]) for r in rows] == [("A", "a1"), ("A", "a2"), ("B", "b1"), ("B", "b2"),
                                                        ("S", "slow1"), ("S", "slow2")]
     assert rows[0]["baseline_from"] == ["b1", "b2", "slow1", "slow2"]

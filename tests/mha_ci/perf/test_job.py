@@ -12,7 +12,7 @@ from mha_ci.jobs import perf as perf_kind
 from mha_ci.perf import measure
 from mha_ci.perf.document import load_perf
 
-from perf_builders import doc, entry  # noqa: E402
+from perf_builders import doc, entry, gate  # noqa: E402
 
 
 class FakeExecutor(Executor):
@@ -99,9 +99,9 @@ def test_interleave_runs_abba_merges_and_compares(checkout, tmp_path):
         merged = load_perf(tmp_path / rel / f"perf-{tc}.json")
         assert len(merged["results"]) == count and merged["provenance"]["chunks"] == 4
         assert "chunk" not in merged["selection"]
-    from mha_ci.perf.compare import GatePolicy, compare
+    from mha_ci.perf.compare import compare
 
-    c = compare(docs["triton-3.4"], docs["triton-3.8"], GatePolicy(), cross_toolchain=True)
+    c = compare(docs["triton-3.4"], docs["triton-3.8"], gate(), cross_toolchain=True)
     assert c.summary["improvement"] == count
 
 

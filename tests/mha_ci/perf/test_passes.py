@@ -2,17 +2,17 @@
 calibration per pass, and a planted slowdown that reaches only the candidate side."""
 import json
 
-from perf_builders import doc, entry, write
+from perf_builders import doc, entry, gate, write
 
 from mha_ci.cli import main
 from mha_ci.errors import ExitCode
 from mha_ci.perf import calibrate, measure
-from mha_ci.perf.compare import GatePolicy, compare
+from mha_ci.perf.compare import compare
 from mha_ci.perf.config import against_policy, gate_policy, load_perf_file
 
 FWD = "dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1"
 BWD = FWD + "_bwd"
-POLICY = GatePolicy(floor_pct=3.0, k=2.0)
+POLICY = gate(floor_pct=3.0, k=2.0)
 
 
 def test_a_backward_regression_is_flagged_on_the_backward_shape_only():
@@ -55,7 +55,7 @@ def test_calibration_reports_each_pass_and_judges_a_planted_run_against_its_own_
     # against A, the 3 % plant would vanish; against its own base it is caught
     planted_base = doc([entry(k, us * 1.05) for k, us in zip(keys, (300.0, 800.0, 50.0))])
     planted = doc([{**entry(k, us * 1.05 * 1.03), "planted_pct": 3.0} for k, us in zip(keys, (300.0, 800.0, 50.0))])
-    policy = GatePolicy(floor_pct=1.5, k=2.0)
+    policy = gate(floor_pct=1.5, k=2.0)
     result = calibrate.calibrate(a, b, policy, planted=planted, planted_base=planted_base, min_us=100.0)
     assert result["shapes_valid"] == 2                                   # the 50 us shape is left out
     assert set(result["by_pass"]) == {"fwd", "bwd"}

@@ -6,9 +6,9 @@ import re
 from PIL import Image
 
 from mha_ci.perf import calibrate, report
-from mha_ci.perf.compare import GatePolicy, compare
+from mha_ci.perf.compare import compare
 
-from perf_builders import doc, entry  # noqa: E402
+from perf_builders import doc, entry, gate  # noqa: E402
 
 KEYS = ["dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1", "dense_b1_hq128_hk128_sq8192_sk8192_dqk192_dv128_c1",
         "varlen_b1_hq8_hk8_sq8192_sk8192_dqk192_dv128_c1", "dense_b1_hq128_hk8_sq8192_sk8192_dqk128_dv128_c1"]
@@ -22,7 +22,7 @@ def reference_comparison():
     cand = doc([entry(KEYS[0], 1030.4, stall=STALL, tags=("test",), tp=()), entry(KEYS[1], 4944.0),
                 entry(KEYS[2], 357.5, tags=("model_shapes",), tp=(8,)), entry(KEYS[3], 2799.2)],
                toolchain="triton-3.8", versions={"torch": "2.13.0", "triton": "3.8.0"})
-    return compare(base, cand, GatePolicy(), cross_toolchain=True)
+    return compare(base, cand, gate(), cross_toolchain=True)
 
 
 def test_markdown_has_tally_columns_regressions_and_stall():
@@ -70,7 +70,7 @@ def two_pass_comparison():
                 with_code(entry(BWD[0], 300.0), CODE), with_code(entry(BWD[1], 400.0), CODE)])
     cand = doc([with_code(entry(KEYS[0], 100.4), CODE), with_code(entry(KEYS[3], 201.2), CODE),
                 with_code(entry(BWD[0], 330.0), changed), with_code(entry(BWD[1], 401.2), CODE)])
-    return compare(base, cand, GatePolicy())
+    return compare(base, cand, gate())
 
 
 def sections(textual: str, start: str, other: str) -> tuple[str, str]:
@@ -122,7 +122,7 @@ def test_identical_code_objects_are_marked_as_an_aa_sample_in_every_form():
     base = doc([with_code(entry(k, 100.0), CODE) for k in KEYS[:3]] + [entry(KEYS[3], 100.0)])
     cand = doc([with_code(entry(KEYS[0], 106.0), CODE), with_code(entry(KEYS[1], 99.0), CODE),
                 with_code(entry(KEYS[2], None, error="launch failed"), CODE), entry(KEYS[3], 100.0)])
-    line = report.same_code_line(list(compare(base, cand, GatePolicy()).shapes))
+    line = report.same_code_line(list(compare(base, cand, gate()).shapes))
     assert line == ("3 of 4 shapes ran identical code objects on both sides: their deltas are an A/A sample "
                     "(median |delta| 3.50 %, max 6.00 %, over the 2 with a delta; 1 beyond threshold); "
                     "code objects unknown for 1")
@@ -140,7 +140,7 @@ def test_a_one_pass_comparison_has_no_section_of_the_other_pass():
     for form in (report.markdown(forward), report.text(forward), report.html_page(forward, b"")):
         assert "Forward (fwd)" in form and "Backward" not in form and "Same code" not in form
     base = doc([entry(k, 300.0) for k in BWD])
-    backward = compare(base, doc([entry(BWD[0], 301.0), entry(BWD[1], 360.0)]), GatePolicy())
+    backward = compare(base, doc([entry(BWD[0], 301.0), entry(BWD[1], 360.0)]), gate())
     assert report.tally_line(backward) == "bwd: 0 improvements, 1 ok, 1 regression, 0 invalid of 2 shapes"
     for form in (report.markdown(backward), report.text(backward), report.html_page(backward, b"")):
         assert "Backward (bwd)" in form and "Forward" not in form
@@ -155,7 +155,7 @@ def test_calibration_counts_false_regressions_and_planted_catches():
                   planted_slowdown_pct=6.0)
     for e in planted["results"][:3]:
         e["planted_pct"] = 6.0
-    result = calibrate.calibrate(a, b, GatePolicy(floor_pct=3.0, k=2.5), planted=planted)
+    result = calibrate.calibrate(a, b, gate(floor_pct=3.0, k=2.5), planted=planted)
     assert result["false_regressions"] == [keys[0]]
     assert result["false_regression_rate"] == 0.25
     assert result["zero_false_call_floor_pct"] == 4.0
@@ -179,18 +179,18 @@ def test_calibration_verdict_holds_both_rates_to_their_bars():
     for e in planted["results"]:
         e["planted_pct"] = 6.0                       # three planted, the third not really slower
     bars = calibrate.Bars(max_false_regression_pct=1.0, min_planted_catch_pct=95.0)
-    v = calibrate.calibrate(a, clean, GatePolicy(floor_pct=3.0, k=2.0), planted=planted, bars=bars)["verdict"]
+    v = calibrate.calibrate(a, clean, gate(floor_pct=3.0, k=2.0), planted=planted, bars=bars)["verdict"]
     assert [(c["bar"], c["value_pct"], c["met"]) for c in v["checks"]] == [
         ("false_regressions", 0.0, True), ("planted_catch", 66.67, False)]
     assert v["met"] is False
     loose = calibrate.Bars(max_false_regression_pct=1.0, min_planted_catch_pct=60.0)
-    result = calibrate.calibrate(a, clean, GatePolicy(floor_pct=3.0, k=2.0), planted=planted, bars=loose)
+    result = calibrate.calibrate(a, clean, gate(floor_pct=3.0, k=2.0), planted=planted, bars=loose)
     assert result["verdict"]["met"] is True
     assert "**Calibrated: yes** (false regressions 0.0 % <= 1 %: met; planted shapes caught 66.67 % >= 60 %: met)" \
         in calibrate.markdown(result)
     # A/A alone: one false regression in four shapes misses the 1 % bar.
     noisy = doc([entry(keys[0], 110.0, noise=0.5)] + [entry(k, 100.0, noise=0.5) for k in keys[1:]])
-    result = calibrate.calibrate(a, noisy, GatePolicy(floor_pct=3.0, k=2.0), bars=bars)
+    result = calibrate.calibrate(a, noisy, gate(floor_pct=3.0, k=2.0), bars=bars)
     assert [c["bar"] for c in result["verdict"]["checks"]] == ["false_regressions"]
     assert result["verdict"]["met"] is False and "**Calibrated: NO**" in calibrate.markdown(result)
 

@@ -1,16 +1,16 @@
 """The refresh pull request's description (mha_ci.refresh.report): both passes apart."""
 from __future__ import annotations
 
-from mha_ci.perf.compare import GatePolicy, compare
+from mha_ci.perf.compare import compare
 from mha_ci.refresh.core import RefreshPolicy
 from mha_ci.refresh.report import pr_body
 
-from perf_builders import doc, entry
+from perf_builders import doc, entry, gate
 
 FWD = ("dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1", "dense_b1_hq128_hk8_sq8192_sk8192_dqk128_dv128_c1")
 BWD = tuple(k + "_bwd" for k in FWD)
 CODE = {"attn_fwd": "f" * 64, "attn_bwd_dkdv": "a" * 64}
-POLICY = RefreshPolicy(max_noise_pct=5.0, gate=GatePolicy(floor_pct=3.0, k=1.0))
+POLICY = RefreshPolicy(max_noise_pct=5.0, gate=gate(floor_pct=3.0, k=1.0))
 
 
 def coded(key: str, us: float, code: dict = CODE) -> dict:

@@ -12,15 +12,15 @@ import pytest
 from mha_ci.cli import main
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
 from mha_ci.model.loader import load_pipeline
-from mha_ci.perf.compare import GatePolicy
 from mha_ci.refresh import RefreshRefused, refresh
 from mha_ci.refresh import branch as git_branch
 from mha_ci.refresh.core import RefreshPolicy
+from perf_builders import gate
 
 DATE = dt.date(2026, 11, 30)
 BRANCH = "baseline-refresh/2026-11-30-sm90"
 BRANCH_34 = BRANCH + "-triton-3.4"    # only one of the two toolchains refreshed
-POLICY = RefreshPolicy(max_noise_pct=5.0, gate=GatePolicy(floor_pct=3.0, k=1.0))
+POLICY = RefreshPolicy(max_noise_pct=5.0, gate=gate(floor_pct=3.0, k=1.0))
 PINS = {"triton-3.4": {"torch": "2.13.0+cu130", "triton": "3.4.0"},
         "triton-3.8": {"torch": "2.13.0+cu130", "triton": "3.8.0"}}
 KEYS = ("dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1", "dense_b1_hq64_hk8_sq8192_sk8192_dqk128_dv128_c1")
