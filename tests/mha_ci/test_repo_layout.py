@@ -3,6 +3,7 @@ gates read, the architecture picture names the runner's folders as they are, and
 file the code and tests refer to exists in a clone."""
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,52 @@ def test_every_docs_path_the_code_names_exists():
             if ref not in EXAMPLES and ".." not in ref and not (ROOT / ref).exists():
                 missing.add(f"{f}: {ref}")
     assert not missing, f"references to docs/ files a clone does not have: {sorted(missing)}"
+
+
+RECORDS = "docs/records"
+COMMAND = re.compile(r"\bmha-ci [a-z]|\bpython3? -m |\bbash [\w./$-]+\.sh")
+
+
+def record_folders() -> list[str]:
+    return sorted({f.split("/")[2] for f in tracked(RECORDS) if f.count("/") >= 3})
+
+
+def test_records_live_in_one_folder():
+    assert record_folders(), f"{RECORDS}/ holds no record"
+    for old in ("gpu-runs", "perf-study"):   # the records' former homes beside the guides
+        assert not tracked(f"docs/{old}"), f"docs/{old}/ is a record: it belongs under {RECORDS}/<date>-<what>/"
+
+
+def test_each_record_has_a_readme_naming_its_commands():
+    for folder in record_folders():
+        assert re.match(r"\d{4}-\d\d-\d\d-[a-z0-9-]+$", folder), f"{RECORDS}/{folder}: name it <date>-<what>"
+        readme = ROOT / RECORDS / folder / "README.md"
+        assert readme.is_file(), f"{RECORDS}/{folder} has no README.md saying what made it"
+        assert COMMAND.search(readme.read_text()), f"{readme.relative_to(ROOT)} names no command that made it"
+    index = (ROOT / RECORDS / "README.md").read_text()
+    unlisted = [f for f in record_folders() if f"]({f}/README.md)" not in index]
+    assert not unlisted, f"{RECORDS}/README.md lists no line for {unlisted}"
+
+
+IMPORT = re.compile(r"^\s*(?:from|import)\s+([\w.]+)", re.M)
+
+
+def test_records_are_never_imported():
+    record_modules = {Path(f).stem for f in tracked(RECORDS) if f.endswith(".py")}
+    bad = []
+    for f in tracked("src", "tests"):
+        if not f.endswith(".py") or ROOT / f == Path(__file__):   # this file names what it looks for
+            continue
+        text = (ROOT / f).read_text(errors="replace")
+        names = {part for name in IMPORT.findall(text) for part in name.split(".")}
+        loads_by_path = "docs/records" in text and ("sys.path" in text or "spec_from_file_location" in text)
+        if names & (record_modules | {"docs"}) or loads_by_path:
+            bad.append(f)
+    assert not bad, f"code imports a record's script (records are read by people, not run): {bad}"
+
+
+def test_pytest_never_collects_from_records():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert config.get("testpaths") == ["tests"], "pytest must collect from tests/ only, never from docs/records/"
+    stray = [f for f in tracked(RECORDS) if re.search(r"(^|/)(test_[^/]*|[^/]*_test)\.py$|/conftest\.py$", f)]
+    assert not stray, f"test files under {RECORDS}/ (a bare `pytest docs` would run them): {stray}"

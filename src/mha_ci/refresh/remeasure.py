@@ -2,7 +2,7 @@
 
 A stall (one dispatch far above the shape's median) or a noisy shape says the machine was
 disturbed while that shape ran, not that the build is slow. Every full H200 run of the 231 shapes
-so far had 5 to 8 stalled shapes, different ones each run (docs/gpu-runs/2026-12-01-h200-baselines):
+so far had 5 to 8 stalled shapes, different ones each run (docs/records/2026-12-01-h200-baselines):
 a refresh that refuses any stall would never store a baseline. So the refresh measures those
 shapes again, in a new process, up to `refresh.remeasure_rounds` times (pipelines/perf.yaml),
 and takes a shape's first undisturbed result. A shape disturbed in every round still refuses the

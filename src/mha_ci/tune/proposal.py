@@ -19,7 +19,7 @@ from pathlib import Path
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
 from mha_ci.tune import outdir, session
 
-REPORT_DIR = "docs/perf-study/{arch}/reports/tune-{toolchain}-{date}"
+REPORT_DIR = "docs/records/{date}-tune-{arch}-{toolchain}"
 
 
 class ProposalRefused(MhaCiError):
@@ -143,6 +143,9 @@ def propose(root: Path, out: Path, branch: str | None, executor_name: str) -> in
     for name in ("compare.json", "compare.md", "proposal.json"):
         if (staged / name).is_file():
             files[f"{report_dir}/{name}"] = (staged / name).read_bytes()
+    files[f"{report_dir}/README.md"] = (f"# mha-ci tune: {plan['arch']}, {plan['toolchain']} ({date})\n\n"
+                                        f"Made by `mha-ci tune` and `mha-ci tune propose` (branch `{branch}`); "
+                                        "compare.md: the current config against the proposed one.\n").encode()
     message = description(plan, changed, comparison, gains, check)
     commit = commit_on_new_branch(root, branch, head_commit(root), files, message)
     print(message)

@@ -1,4 +1,5 @@
-"""The statistics on real per-dispatch timings from the H200 (run1.sh in docs/perf-study/h200/README.md,
+"""The statistics on real per-dispatch timings from the H200 (run1.sh in
+docs/records/2026-11-29-h200-perf-study/h200/README.md,
 Triton 3.6.0, run perf-3.6-full-b; four shapes kept): recomputing from the raw dispatches must
 give the numbers the payload reported there, and the stall it saw must be flagged."""
 import json

@@ -14,7 +14,7 @@ from mha_ci.perf.buckets import bucket_of, select_bucket
 from mha_ci.tune import outdir, prune, rules, select, space, targets
 
 ROOT = Path(__file__).resolve().parents[3]
-REPORT = ROOT / "docs/perf-study/sm90/reports/golden-3.4-vs-tot-3.8-full/compare.json"
+REPORT = ROOT / "docs/records/2026-11-29-h200-perf-study/sm90/reports/golden-3.4-vs-tot-3.8-full/compare.json"
 FWD = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
 KEYS = {"forward": {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"},
         "backward": {"BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps", "num_stages"}}
