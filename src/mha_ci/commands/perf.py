@@ -11,6 +11,7 @@
     mha-ci perf refresh   [--arch A] [--toolchain T ...] [--executor E] [--out D] [--always]
                           [--measurement T=FILE ... [--checksums T=FILE ...] [--durations NAME=FILE ...]
                            [--date YYYY-MM-DD]]
+    mha-ci perf history   --arch A --toolchain T [--shape GLOB ...] [--pass fwd|bwd] [--rev REF] --out D
 
 Exit codes: compare/measure --interleave/--against 1 when the gate fails (a regression, a missing,
 failed, NaN or non-positive measurement, or two documents that must not be compared); calibrate 1 when the gate misses a bar of perf.yaml's `calibration`
@@ -118,6 +119,16 @@ def register(sub) -> None:
     p.add_argument("--date", type=_date, default=None, help="YYYY-MM-DD of the branch name (default: today, UTC)")
     add_pins_option(p)
     p.set_defaults(handler=cmd_refresh)
+
+    p = cmds.add_parser("history", help="each shape's series over the stored baseline's git history (no GPU)")
+    p.add_argument("--arch", required=True)
+    p.add_argument("--toolchain", required=True)
+    p.add_argument("--shape", action="append", metavar="GLOB", help="only keys matching (repeatable)")
+    p.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), help="only this pass's shapes")
+    p.add_argument("--rev", default="HEAD", help="read the history of this commit (default: HEAD)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="folder for index.html, history.md, history.json, overview.png, shapes/*.png")
+    p.set_defaults(handler=cmd_history)
 
 
 # handlers ----------------------------------------------------------------------------------
@@ -336,6 +347,19 @@ def cmd_refresh(args) -> int:
     print(f"mha-ci perf refresh: {result.status}" + (f" on branch {result.branch}" if result.branch else "")
           + (f" ({result.commit}: {', '.join(result.files)})" if result.commit else ""), file=sys.stderr)
     print(f"mha-ci perf refresh: pull-request body: {out_dir / 'pr-body.md'}", file=sys.stderr)
+    return ExitCode.OK
+
+
+def cmd_history(args) -> int:
+    from mha_ci.perf import history_report
+    from mha_ci.perf.history import history
+
+    h = history(args.root, args.arch, args.toolchain, args.shape, args.pass_, args.rev)
+    paths = history_report.write_all(h, args.out)
+    print(history_report.markdown(h), end="")
+    print(f"mha-ci perf history: {len(h.series)} shapes over {len(h.versions)} versions"
+          + (f" ({len(h.skipped)} skipped: not perf documents)" if h.skipped else "")
+          + f"; page {paths['html']}", file=sys.stderr)
     return ExitCode.OK
 
 

@@ -23,7 +23,8 @@ branch, on commits the default branch holds or a maintainer approved.
 - images.yml: builds the toolchain images (export/images_workflow.py); publishes them only from
   the default branch.
 - nightly.yml: one refresh job per arch jobs.yaml gives the `refresh` kind; each re-measures its
-  arch and opens a pull request with the new baselines (mha_ci.refresh). Default branch only.
+  arch and opens a pull request with the new baselines (mha_ci.refresh), then uploads each
+  toolchain's `mha-ci perf history` pages as an artifact. Default branch only.
 
 Safe by construction (tests/mha_ci/export/test_github.py and
 tests/mha_ci/fault_injection/test_workflow_trust.py check each point on the output; zizmor and
@@ -51,6 +52,7 @@ The output is deterministic (pipelines/ order, fixed key order), so `--check` ca
 from __future__ import annotations
 
 import difflib
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +77,7 @@ from mha_ci.export.steps import (
 )
 from mha_ci.export.yaml_text import Noted
 from mha_ci.model.pipeline import Pipeline
+from mha_ci.perf.history import artifact_name
 
 WORKFLOWS_DIR = Path(".github/workflows")
 ACTIONLINT_CONFIG = Path(".github/actionlint.yaml")
@@ -226,6 +229,24 @@ def _refresh_job(pipeline: Pipeline, arch_name: str) -> dict:
                'git -c credential.helper= -c "credential.helper=!gh auth git-credential" '
                'push origin "refs/heads/$branch:refs/heads/$branch"\n'
                'gh pr create --base "$BASE_BRANCH" --head "$branch" --title "$(cat out/pr-title.txt)" --body-file out/pr-body.md\n')
+    # The history pages read the baselines' git history (hence fetch-depth 0), through tonight's
+    # refresh branch when there is one, so tonight's point is on them.
+    history = ("rev=HEAD\n"
+               "if [ -f out/refresh.json ]; then\n"
+               "  branch=\"$(python -c 'import json; print(json.load(open(\"out/refresh.json\"))[\"branch\"] or \"\")')\"\n"
+               '  if [ -n "$branch" ]; then rev="$branch"; fi\n'
+               "fi\n"
+               "code=0\n"
+               f"for toolchain in {' '.join(shlex.quote(t) for t in pipeline.toolchains)}; do\n"
+               '  if ! git cat-file -e "$rev:perf_baselines/$ARCH/$toolchain.json" 2>/dev/null; then\n'
+               '    echo "no $ARCH $toolchain baseline yet: no history"; continue\n'
+               "  fi\n"
+               '  mha-ci perf history --arch "$ARCH" --toolchain "$toolchain" --rev "$rev" '
+               '--out "perf-history/$toolchain" > /dev/null || code=$?\n'
+               '  if [ -f "perf-history/$toolchain/history.md" ]; then '
+               'cat "perf-history/$toolchain/history.md" >> "$GITHUB_STEP_SUMMARY"; fi\n'
+               "done\n"
+               'exit "$code"\n')
     return {
         "name": f"refresh {arch_name}",
         "if": ON_DEFAULT_BRANCH,
@@ -243,6 +264,9 @@ def _refresh_job(pipeline: Pipeline, arch_name: str) -> dict:
              "run": open_pr},
             {"name": "Upload refresh report", "if": "always()", "uses": UPLOAD,
              "with": {"name": f"refresh-{arch_name}", "path": "out/", "if-no-files-found": "warn"}},
+            {"name": "Perf history", "if": "always()", "env": {"ARCH": arch_name}, "run": history},
+            {"name": "Upload perf history", "if": "always()", "uses": UPLOAD,
+             "with": {"name": artifact_name(arch_name), "path": "perf-history/", "if-no-files-found": "warn"}},
         ],
     }
 

@@ -11,10 +11,15 @@ measure gets no rows): a backward shape that moved must not hide among forward o
 says whether the shape ran the same code objects as the stored baseline (`code`: same, changed,
 or - when either side did not record them): a shape that moved on the same code moved by noise
 or by the machine, not by the kernel.
+
+Each shape that moved gets a pointer to its history page (`mha-ci perf history`, uploaded by the
+nightly workflow as an artifact) and the `mha-ci perf bisect` command line that would find the
+commit between the stored baseline's measured commit and tonight's.
 """
 from __future__ import annotations
 
 from mha_ci.perf.compare import Comparison
+from mha_ci.perf.history import artifact_name
 from mha_ci.perf.report import PASS_TITLES, SAME_CODE
 from mha_ci.perf.shapes import PASSES, pass_of_key
 
@@ -75,6 +80,32 @@ def _moved(c: Comparison | None, pass_: str) -> set[str]:
             and v.pass_ == pass_}
 
 
+def _where_moved(arch: str, measured: dict[str, dict], olds: dict[str, dict | None],
+                 comparisons: dict[str, Comparison | None]) -> list[str]:
+    """For each shape that moved: where its history is, and the bisect command between the
+    commit the stored baseline measured (good) and the commit measured tonight (bad)."""
+    lines = []
+    for name, doc in measured.items():
+        keys = sorted(set().union(*(_moved(comparisons[name], p) for p in PASSES)), key=_pass_order)
+        if not keys:
+            continue
+        good = ((olds[name] or {}).get("provenance") or {}).get("commit") or "<stored baseline's commit>"
+        bad = (doc.get("provenance") or {}).get("commit") or "<measured commit>"
+        lines += [f"### {name}", ""]
+        for key in keys:
+            lines += [f"- `{key}`: history `{name}/index.html#{key}` of the `{artifact_name(arch)}` artifact; "
+                      f"find the commit with `mha-ci perf bisect --good {good} --bad {bad} --arch {arch} "
+                      f"--toolchain {name} --shape '{key}'`"]
+        lines.append("")
+    if not lines:
+        return []
+    return ["", "## When and where it moved", "",
+            f"The nightly run uploads each toolchain's history page as the `{artifact_name(arch)}` artifact "
+            f"(`mha-ci perf history --arch {arch} --toolchain T --out DIR` makes it on any clone, no GPU). "
+            "`mha-ci perf bisect` is not built yet (issue 26, item 2): until it is, the command below names "
+            "the range to search, and `mha-ci perf measure --against <good>` times one commit of it.", ""] + lines
+
+
 def pr_body(*, arch: str, date: str, branch: str | None, base_commit: str, measured: dict[str, dict],
             olds: dict[str, dict | None], comparisons: dict[str, Comparison | None], policy,
             other_files: list[str]) -> str:
@@ -109,6 +140,7 @@ def pr_body(*, arch: str, date: str, branch: str | None, base_commit: str, measu
             lines += [f"### {PASS_TITLES[p]}", ""] + SHAPE_HEADER + rows + [""]
     if not any(moved.values()):
         lines.append("None.")
+    lines += _where_moved(arch, measured, olds, comparisons)
     again = [(name, key, note) for name, doc in measured.items()
              for key, note in sorted(((doc.get("selection") or {}).get("remeasured") or {}).items())]
     if again:
