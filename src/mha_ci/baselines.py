@@ -3,6 +3,7 @@ to the checkout root: the gates read them there (root / path) and the refresh co
 from __future__ import annotations
 
 BASELINES_DIR = "perf_baselines"
+TEST_DURATIONS_DIR = f"{BASELINES_DIR}/test_durations"
 
 
 def perf_baseline(arch: str, toolchain: str) -> str:
@@ -17,4 +18,4 @@ def code_objects(toolchain: str) -> str:
 
 def test_durations(name: str) -> str:
     """A recorded per-test durations file (mha-ci.durations/1), `name` relative to test_durations/."""
-    return f"{BASELINES_DIR}/test_durations/{name}"
+    return f"{TEST_DURATIONS_DIR}/{name}"

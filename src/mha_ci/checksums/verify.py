@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mha_ci import baselines
+from mha_ci.cache import cache_root
 from mha_ci.checksums import limits as limits_mod
 from mha_ci.checksums import records as records_mod
 from mha_ci.checksums.diff import Difference, compare, render
@@ -65,8 +66,7 @@ def cache_dir(root: Path) -> Path:
     """$MHA_CI_CHECKSUMS_CACHE, else <$MHA_CI_CACHE or <root>/.cache/mha-ci>/checksums."""
     if os.environ.get("MHA_CI_CHECKSUMS_CACHE"):
         return Path(os.environ["MHA_CI_CHECKSUMS_CACHE"]).resolve()
-    override = os.environ.get("MHA_CI_CACHE")
-    return (Path(override).resolve() if override else Path(root) / ".cache" / "mha-ci") / "checksums"
+    return cache_root(root) / "checksums"
 
 
 def compile_archs(archs) -> list[Arch]:

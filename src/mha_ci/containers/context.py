@@ -8,7 +8,6 @@ Python packages and checks every wheel twice against the lock's sha256.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -16,14 +15,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from mha_ci.cache import cache_root
 from mha_ci.containers.images import CONTEXT_FILES, ImageSpec
 from mha_ci.errors import EnvironmentProblem
 
 
-def cache_root(spec: ImageSpec) -> Path:
-    """$MHA_CI_CACHE, else <checkout>/.cache/mha-ci: the same cache the venv executor uses."""
-    override = os.environ.get("MHA_CI_CACHE")
-    return Path(override).resolve() if override else spec.dockerfile.resolve().parents[2] / ".cache" / "mha-ci"
+def contexts_dir(spec: ImageSpec) -> Path:
+    """Where image build contexts are assembled: in the cache the venv executor uses too."""
+    return cache_root(spec.dockerfile.resolve().parents[2]) / "contexts"
 
 
 def lock_entries(lock_text: str) -> dict[str, str]:
@@ -96,7 +95,7 @@ def assemble(spec: ImageSpec, log=print) -> BuildContext:
 
     install = install_lock_text(spec)
     key = hashlib.sha256(f"{spec.python_version}\0{install}".encode()).hexdigest()[:16]
-    ctx = cache_root(spec) / "contexts" / f"{spec.toolchain}-{spec.platform}"
+    ctx = contexts_dir(spec) / f"{spec.toolchain}-{spec.platform}"
     wheelhouse, stamp = ctx / "wheelhouse", ctx / "wheelhouse.stamp"
     ctx.mkdir(parents=True, exist_ok=True)
     (ctx / "install.lock").write_text(install)

@@ -7,7 +7,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from mha_ci.containers.context import assemble, cache_root
+from mha_ci.containers.context import assemble, contexts_dir
 from mha_ci.containers.images import LOCAL_REGISTRY, ImageSpec, content_digest, registry
 from mha_ci.errors import EnvironmentProblem
 
@@ -102,7 +102,7 @@ def ensure_image(client, spec: ImageSpec, *, force: bool = False, build: bool = 
     if not build:
         raise EnvironmentProblem(f"image {tag} is neither here nor in its registry: build it with {build_it}")
     base = base_image(client, spec)
-    locks = cache_root(spec) / "contexts"
+    locks = contexts_dir(spec)
     locks.mkdir(parents=True, exist_ok=True)
     # One build per image at a time (two jobs, or two test sessions, may ask at once); the
     # context folder is shared, and the second one finds the first one's image when it gets in.

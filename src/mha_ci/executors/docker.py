@@ -24,9 +24,9 @@ from pathlib import Path
 
 from mha_ci.containers.engine import BuildFailed, connect, ensure_image
 from mha_ci.containers.images import spec_for
-from mha_ci.errors import EnvironmentProblem
+from mha_ci.errors import EnvironmentProblem, ExitCode
 from mha_ci.executors.base import Executor, PayloadResult, PayloadRun
-from mha_ci.executors.local_process import PAYLOAD_ENVIRONMENT_EXIT, payload_environment
+from mha_ci.executors.local_process import payload_environment
 from mha_ci.model.types import Arch
 
 CONTAINER_HOME = "/tmp"     # writable for any uid: Triton's cache (~/.triton) lands there
@@ -202,7 +202,7 @@ class DockerExecutor(Executor):
                 if getattr(e, "status_code", None) != 404:
                     self.log(f"{payload.log_prefix}warning: could not remove container {name}: {e}")
 
-        if exit_code == PAYLOAD_ENVIRONMENT_EXIT and not oom:
+        if exit_code == ExitCode.ENVIRONMENT_ERROR and not oom:
             # same contract as the venv executor: the payload's pin check refused to run
             raise EnvironmentProblem(f"payload {payload.module} for toolchain {payload.toolchain.name} "
                                      f"in {image.tag} reported an environment problem (exit 3):\n"

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from mha_ci.errors import EnvironmentProblem
+from mha_ci.errors import EnvironmentProblem, ExitCode
 from mha_ci.executors.base import PayloadResult, PayloadRun
 
 # Variables of the caller that pass into a payload's environment; everything else is dropped.
@@ -31,8 +31,6 @@ PASSTHROUGH = (
     "TRITON_HIP_LLD_PATH", "TRITON_CACHE_DIR",
 )
 
-# Exit status by which payloads report an environment problem (pin mismatch, no device).
-PAYLOAD_ENVIRONMENT_EXIT = 3
 TAIL_LINES = 60
 
 
@@ -116,7 +114,7 @@ def run_python_payload(python: str, payload: PayloadRun, root: Path, *, executor
     if timed_out:
         return PayloadResult(exit_code=proc.returncode if proc.returncode is not None else -9, timed_out=True,
                              error=f"timed out after {payload.timeout_s:g} s", provenance=result_provenance)
-    if proc.returncode == PAYLOAD_ENVIRONMENT_EXIT:
+    if proc.returncode == ExitCode.ENVIRONMENT_ERROR:
         last = "\n".join(list(tail)[-8:])
         raise EnvironmentProblem(f"payload {payload.module} for toolchain {payload.toolchain.name} reported an "
                                  f"environment problem (exit 3):\n{last}")

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from mha_ci.cache import cache_root
 from mha_ci.errors import EnvironmentProblem
 from mha_ci.executors.base import Executor, PayloadResult, PayloadRun
 from mha_ci.executors.local_process import run_python_payload
@@ -39,11 +40,6 @@ from mha_ci.model.types import Toolchain
 
 MARKER = "mha-ci-env.json"     # written last; its presence means "complete"
 BUILDING = ".building-"        # infix of the temporary folder a build works in
-
-
-def cache_root(root: Path) -> Path:
-    override = os.environ.get("MHA_CI_CACHE")
-    return Path(override).resolve() if override else root / ".cache" / "mha-ci"
 
 
 class VenvExecutor(Executor):

@@ -19,7 +19,9 @@ A job kind is a function
   code's fault; the runner records them as verdict "error" and goes on with the other jobs.
   Any other exception is recorded as "error" with the traceback's last line, exit 1.
 
-Every kind of pipelines/jobs.yaml has its module under mha_ci.jobs, listed in KIND_RUNNERS.
+Every kind of pipelines/jobs.yaml (model.types.JOB_KINDS, the one list of kinds) has its module
+under mha_ci.jobs, mapped in KIND_RUNNERS. The map cannot move into model/, which sits below
+jobs/ (each job module imports model); tests/mha_ci/commands/test_run.py holds the two equal.
 `register(kind, fn)` puts another function in a kind's place (tests stand in for slow kinds).
 
 Nothing is lost on failure: after every job, out/jobs/<id>/result.json, out/results.json and

@@ -11,18 +11,23 @@ Contract every executor honours and every payload relies on:
   missing device), 4 the payload itself could not produce a result (harness error). Executors
   turn 3 into EnvironmentProblem.
 
-Payloads import only the standard library, torch/triton/numpy/pytest and `mha` (never pydantic
-or yaml, which toolchain environments do not have), and nothing of the orchestrating side.
+Payloads import only the standard library, torch/triton/numpy/pytest, `mha` and the mha_ci
+modules that themselves import only the standard library (never pydantic or yaml, which
+toolchain environments do not have).
 """
 import os
 import sys
 from pathlib import Path
 from typing import Callable
 
-EXIT_OK = 0
-EXIT_GATE_FAILED = 1
-EXIT_ENVIRONMENT = 3
-EXIT_NO_RESULT = 4
+from mha_ci.errors import ExitCode
+
+# The exit codes are mha-ci's (mha_ci.errors.ExitCode, stdlib-only); plain ints here because
+# payloads hand them to sys.exit and print them.
+EXIT_OK = int(ExitCode.OK)
+EXIT_GATE_FAILED = int(ExitCode.GATE_FAILED)
+EXIT_ENVIRONMENT = int(ExitCode.ENVIRONMENT_ERROR)
+EXIT_NO_RESULT = int(ExitCode.INTERNAL_ERROR)
 
 
 def run_guarded(label: str, action: Callable[[], int]) -> int:

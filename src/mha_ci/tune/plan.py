@@ -9,6 +9,7 @@ from pathlib import Path
 from mha_ci.checksums.verify import cache_dir
 from mha_ci.errors import ConfigError, EnvironmentProblem
 from mha_ci.executors.base import PayloadRun
+from mha_ci.model.lockfile import lock_sha256
 from mha_ci.tune import outdir, prune, rules, space, targets
 
 COMPILE_TIMEOUT_S = 4 * 3600
@@ -80,7 +81,7 @@ def compile_candidates(root: Path, toolchain, arch, pipeline, items: list[dict],
     args = ["compile", "--request", "compile/request.json", "--out", "compile/results.json",
             "--cache-dir", str(cache_dir(root) / toolchain.name)]
     if env_toolchain.lock and Path(env_toolchain.lock).is_file():
-        args += ["--lock-sha256", hashlib.sha256(Path(env_toolchain.lock).read_bytes()).hexdigest()]
+        args += ["--lock-sha256", lock_sha256(env_toolchain.lock)]
     if jobs:
         args += ["--jobs", str(jobs)]
     cpu_arch = next((a for a in pipeline.archs.values() if a.device == "none"), arch)

@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from mha_ci import baselines
 from mha_ci.errors import EnvironmentProblem, ExitCode
 from mha_ci.executors.base import PayloadRun
 from mha_ci.tune import outdir, select
@@ -28,7 +29,7 @@ from mha_ci.tune import outdir, select
 # suite checks validation, determinism and very large inputs, which a tile change cannot break
 # differently from what these catch).
 CHECK_SELECT = ("tests/mha/test_attention.py::*", "tests/mha/test_head_dim_classes.py::*")
-CHECK_TREE = ("src", "tests", "pipelines", "containers", "perf_baselines/test_durations", "pyproject.toml")
+CHECK_TREE = ("src", "tests", "pipelines", "containers", baselines.TEST_DURATIONS_DIR, "pyproject.toml")
 
 
 def log(message: str) -> None:
