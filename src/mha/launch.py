@@ -86,10 +86,9 @@ def _block_dim(d: int) -> int:
     return max(16, triton.next_power_of_2(d))
 
 
-# Head dims up to this stay one padded block. Split below it (d48 as 32 + 16, d80 as 64 + 16),
-# the sm90 forward took 10 to 30 more registers a thread (d48 causal: 120 -> 152, one resident
-# tile instead of two) for a saving never measured on a GPU; above it the tiles hold one
-# program per SM either way and the padding wastes the most (192 -> 256).
+# Head dims up to this stay one padded block: split below it (d48 as 32 + 16), the forward needs
+# more registers a thread for a saving never measured on a GPU; above it the padding wastes the most
+# (192 -> 256). docs/configs.md, "Tile order and the split head dim", has the measurements.
 HEAD_SPLIT_ABOVE = 128
 
 
@@ -166,8 +165,8 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
         IS_VARLEN=problem.varlen, BOUND_LEFT=problem.bound_left, BOUND_RIGHT=problem.bound_right,
     )
     fwd_split = head_split(problem.dqk)
-    # The backward splits only beside a V tile of at most 128: with 256 (d160) the dK/dV kernel
-    # already sits at 255 registers on sm90, and the second dK accumulator took it to 1648 spills.
+    # The backward splits only beside a V tile of at most 128: beside a 256-wide V tile the dK/dV
+    # kernel is already at the register limit, and a second dK accumulator spills (docs/configs.md).
     bwd_split = fwd_split if _block_dim(problem.dv) <= 128 else (_block_dim(problem.dqk), 0)
     # fp32 inputs use full-precision dots (Hopper would otherwise round operands to tf32). For
     # fp16/bf16 operands the setting means nothing, but it is still checked against the target:
@@ -258,9 +257,8 @@ class Geometry:
 
 # Tiles per chunk of the tile order (mha.kernels.common.tile_order): enough for several waves
 # of the GPU's SMs (132 on an H200), so causal tiles still start heaviest first within a chunk,
-# and few enough heads that their K/V (Q/dO for key tiles) stay in L2 while the chunk runs.
-# Measured on the H200 (docs/configs.md): one head at a time lost 10 % on causal GQA backward
-# against all heads at once; all heads at once lost 13 % on the causal d192 forward.
+# and few enough heads that their K/V (Q/dO for key tiles) stay in L2 while the chunk runs. Both
+# extremes, one head at a time and all heads at once, time slower (docs/configs.md).
 TILE_CHUNK_TILES = 512
 
 

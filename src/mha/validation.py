@@ -70,8 +70,8 @@ class AttentionDTypeError(TypeError):
 
 class ArgumentTypeError(AttentionInputError, TypeError):
     """A scalar argument of the wrong Python type (a str, a float where an int is meant): a
-    TypeError, and one of the family, so `except AttentionInputError` still catches it. Such
-    values used to be coerced (window 1.9 became 1, causal='no' was true); now they are refused."""
+    TypeError, and one of the family, so `except AttentionInputError` still catches it. Refused,
+    not coerced: a coerced window 1.9 or causal='no' would run a problem the caller did not ask for."""
 
 
 INTERPRETER_BF16 = ("bf16 inputs cannot run under the Triton interpreter (TRITON_INTERPRET=1 or a CPU "

@@ -85,9 +85,9 @@ def attn_fwd(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
     K_head = K + slice_offset(b, k_start, hk, stride_kb, stride_ks, stride_kh)
     V_head = V + slice_offset(b, k_start, hk, stride_vb, stride_vs, stride_vh)
     if Q.dtype.element_ty == tl.float32:
-        # fp32 q tests its columns even where none is padded (load_head does not): without that
-        # always-true test ptxas gave this spilling sm90 variant 32 registers instead of 168
-        # (spills 852 -> 4232). The 16-bit variants are left as measured.
+        # fp32 q tests its columns even where none is padded (load_head does not): that always-true
+        # test keeps ptxas from starving this spilling sm90 variant of registers (docs/configs.md).
+        # The 16-bit variants keep load_head, as they were measured.
         offs_dqk = tl.arange(0, BLOCK_DQK)
         q = tl.load(Q_head + offs_m[:, None] * stride_qs + offs_dqk[None, :],
                     mask=(offs_m[:, None] < seqlen_q) & (offs_dqk[None, :] < HEAD_DQK), other=0.0)

@@ -4,8 +4,7 @@ A group is the runs of one machine allocation (or one day). Each group's runs ar
 a baseline combined (mha_ci.perf.combine) from the runs of every other group: the perf job's
 own case when a pull request runs on a machine the stored baseline never saw. Regressions called
 on runs of one unchanged build are false ones; they measure the between-machine noise the gate
-has to absorb (docs/perf-method.md, "Noise between runs and machines"). The H200 study's
-cross-lease and held-out tables were built on it (docs/records/2026-11-29-h200-perf-study/README.md).
+has to absorb (docs/perf-method.md, "Noise between runs and machines").
 """
 from __future__ import annotations
 

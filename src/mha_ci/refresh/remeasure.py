@@ -1,9 +1,9 @@
 """Measure again the shapes a refresh run caught disturbed, instead of refusing the whole night.
 
 A stall (one dispatch far above the shape's median) or a noisy shape says the machine was
-disturbed while that shape ran, not that the build is slow. Every full H200 run of the 231 shapes
-so far had 5 to 8 stalled shapes, different ones each run (docs/records/2026-12-01-h200-baselines):
-a refresh that refuses any stall would never store a baseline. So the refresh measures those
+disturbed while that shape ran, not that the build is slow. A full run stalls a few shapes, a
+different few each time (docs/perf-method.md, "Noise between runs and machines"), so a refresh
+that refused any stall would never store a baseline. So the refresh measures those
 shapes again, in a new process, up to `refresh.remeasure_rounds` times (pipelines/perf.yaml),
 and takes a shape's first undisturbed result. A shape disturbed in every round still refuses the
 refresh. Nothing is hidden: the document's `selection.remeasured` names every shape taken from a
