@@ -7,9 +7,9 @@ Contract every executor honours and every payload relies on:
   are paths relative to it, so they mean the same inside a container as on the host;
 - `$MHA_CI_PINS` is `{"toolchain": NAME, "mode": "enforce"|"record", "pins": {name: version}}`;
   the payload calls `pincheck.enforce()` before any work;
-- exit status: 0 ok, 1 a gate failed (tests failed), 3 environment problem (pin mismatch,
-  missing device), 4 the payload itself could not produce a result (harness error). Executors
-  turn 3 into EnvironmentProblem.
+- exit status: 0 ok, 1 a gate failed (tests failed), 2 bad arguments (checksums), 3 environment
+  problem (pin mismatch, missing device), 4 the payload itself could not produce a result
+  (harness error). Executors turn 3 into EnvironmentProblem.
 
 Payloads import only the standard library, torch/triton/numpy/pytest, `mha` and the mha_ci
 modules that themselves import only the standard library (never pydantic or yaml, which
@@ -22,10 +22,10 @@ from typing import Callable
 
 from mha_ci.errors import ExitCode
 
-# The exit codes are mha-ci's (mha_ci.errors.ExitCode, stdlib-only); plain ints here because
-# payloads hand them to sys.exit and print them.
+# The exit codes are mha-ci's own (mha_ci.errors.ExitCode, stdlib-only), as plain ints for sys.exit.
 EXIT_OK = int(ExitCode.OK)
 EXIT_GATE_FAILED = int(ExitCode.GATE_FAILED)
+EXIT_USAGE = int(ExitCode.CONFIG_ERROR)     # the orchestrating side turns it into a ConfigError
 EXIT_ENVIRONMENT = int(ExitCode.ENVIRONMENT_ERROR)
 EXIT_NO_RESULT = int(ExitCode.INTERNAL_ERROR)
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 os.environ["TRITON_DISABLE_LINE_INFO"] = "1"   # before anything imports triton (docs/facts.md: the line-info path leak)
 
-from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_OK, out_path, run_guarded  # noqa: E402
+from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_OK, EXIT_USAGE, out_path, run_guarded  # noqa: E402
 
 if TYPE_CHECKING:
     from mha_ci.checksums.compile import CompileTarget
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 SAMPLE_PREFERENCE = ("/forward/", "fp16-d128-causal")
 MAX_FAILURES_SHOWN = 5
 CLOSEST_SHOWN = 3
-EXIT_USAGE = 2      # the orchestrating side turns it into a ConfigError (exit 2 of mha-ci)
 
 
 def _targets(values: list[str]) -> list[tuple[str, CompileTarget]]:
