@@ -211,7 +211,7 @@ def _report(comparison, folder: Path) -> int:
 def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -> int:
     """`measure --against REF`: base (REF's kernel) and head (the working tree's) interleaved."""
     from mha_ci.executors import make_executor
-    from mha_ci.executors.venv import cache_root
+    from mha_ci.cache import cache_root
     from mha_ci.perf.base_checkout import materialise, resolve
     from mha_ci.perf.compare import compare
     from mha_ci.perf.config import against_policy, load_perf_file

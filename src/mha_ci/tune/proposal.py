@@ -75,7 +75,7 @@ def records_for(root: Path, plan: dict, changed: dict, scratch: Path, executor_n
     records recomputed from a detached worktree holding the new config."""
     from mha_ci.checksums import verify as checksums_job
     from mha_ci.executors import make_executor
-    from mha_ci.executors.venv import cache_root
+    from mha_ci.cache import cache_root
     from mha_ci.model.loader import load_pipeline
 
     subprocess.run(["git", "-C", str(root), "worktree", "add", "--quiet", "--detach", str(scratch), "HEAD"],
