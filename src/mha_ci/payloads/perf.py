@@ -64,6 +64,7 @@ Exit status: 0 results written (shapes that failed carry "error"), 3 pin mismatc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import functools
 import hashlib
@@ -336,16 +337,6 @@ def code_object_sha256(kernel) -> str | None:
     return None
 
 
-class _NoRecorder:
-    hashes: dict[str, str] = {}
-
-    def __enter__(self) -> "_NoRecorder":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-
 # one shape ---------------------------------------------------------------------------------
 
 def measure_shape(torch, timer, call, method: Method, plant_pct: float,
@@ -353,7 +344,7 @@ def measure_shape(torch, timer, call, method: Method, plant_pct: float,
     """Per-dispatch times of every rep (us), and facts about the run (compile, counts). The first
     call (compile + first run) runs under `recorder`, which learns the code objects it launched."""
     t0 = time.perf_counter()
-    with recorder or _NoRecorder():
+    with recorder or contextlib.nullcontext():
         call()                                      # compile + first run
     if hasattr(torch, "cuda") and torch.cuda.is_available():
         torch.cuda.synchronize()

@@ -93,7 +93,8 @@ def test_whole_payload_on_cpu_with_sdpa(tmp_path, torch_python):
     from mha_ci.perf.workloads import Origin, Workload
 
     shapes = [Shape("dense", 2, 4, 2, 64, 64, 32, 32, True), Shape("varlen", 2, 4, 4, 32, 64, 48, 32, False),
-              Shape("dense", 1, 2, 1, 1, 128, 16, 16, True)]
+              Shape("dense", 1, 2, 1, 1, 128, 16, 16, True),
+              Shape("varlen", 2, 4, 2, 32, 32, 32, 32, True).with_pass("bwd")]    # the backward step
     workloads = [Workload(s, bucket_of(s), [Origin("test")]) for s in shapes]
     (tmp_path / "shapes.json").write_text(json.dumps(shapes_document(workloads, "custom")))
     (tmp_path / "method.json").write_text(json.dumps(Method(warmup=2, dispatches=12, reps=3).to_dict()))
@@ -108,7 +109,7 @@ def test_whole_payload_on_cpu_with_sdpa(tmp_path, torch_python):
     assert [r["key"] for r in doc["results"]] == [w.key for w in workloads]
     assert all(r["error"] is None and r["stats"]["reps"] == 3 for r in doc["results"])
     assert doc["provenance"]["kernel"] == "sdpa" and doc["provenance"]["pins_checked"] is False
-    assert "3/3 shapes measured" in done.stderr
+    assert "4/4 shapes measured" in done.stderr
     # the dump reproduces the document's stats with the orchestrating side's code
     again = perf_from_dump(json.loads((tmp_path / "d.json").read_text()))
     assert [r["stats"] for r in again["results"]] == [r["stats"] for r in doc["results"]]
