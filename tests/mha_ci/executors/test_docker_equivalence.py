@@ -1,8 +1,11 @@
 """A job gives the same verdict and the same checksums whatever executor ran it (docs/architecture.md):
-docker against venv, for one correctness shard and a sample of the checksum job of each
+docker against venv, for a sample of one correctness shard and of the checksum job of each
 toolchain. Real dockerd and real toolchains (markers `docker` and `slow`).
 
-Correctness goes through the command line (`mha-ci run --job ... --executor venv|docker`).
+Correctness goes through the command line (`mha-ci run --job ... --executor venv|docker
+--select ...`), narrowed to the kernel tests of every head-dim class and the determinism tests,
+forward and backward: the whole shard is two minutes a run, and `make test` runs every shard in
+full on the venv executor anyway; what this test adds is the comparison between executors.
 Checksums go through the checksum job's own entry (mha_ci.checksums.verify.compute) with the
 interpreter arch as the job's arch, as `mha-ci run --job checksums-interpreter-*` does, but
 restricted to a sample of variants: the full set is 511 compiles, ~15 min per executor on two
@@ -27,6 +30,8 @@ EXECUTORS = ("venv", "docker")
 # Every arch and pass of one head dim / dtype / mask: forward and backward kernels of each
 # bucket that selects them, on gfx942, gfx950 and sm90.
 CHECKSUM_SAMPLE = "fp16-d64-causal"
+# Kernel tests, forward and backward, of every head-dim class: a sample of the shard's outcomes.
+CORRECTNESS_SAMPLE = ("tests/mha/test_head_dim_classes.py::*", "tests/mha/test_determinism.py::*")
 CODE_OBJECT_FIELDS = ("key", "arch", "bucket", "sha256", "shared_bytes", "registers", "spills")
 
 
@@ -50,7 +55,8 @@ def outcomes(junit: Path) -> dict[str, str]:
 @pytest.mark.parametrize("toolchain", TOOLCHAINS)
 def test_correctness_shard_same_verdict_and_outcomes(repo_root, tmp_path, toolchain):
     job = f"correctness-interpreter-{toolchain}-1of2"
-    runs = {ex: mha_ci(repo_root, "run", "--job", job, "--executor", ex, "--out", str(tmp_path / ex))
+    select = [arg for glob in CORRECTNESS_SAMPLE for arg in ("--select", glob)]
+    runs = {ex: mha_ci(repo_root, "run", "--job", job, "--executor", ex, "--out", str(tmp_path / ex), *select)
             for ex in EXECUTORS}
     assert runs["venv"].returncode in (0, 1), runs["venv"].stderr[-2000:]
     assert runs["docker"].returncode == runs["venv"].returncode, runs["docker"].stderr[-2000:]
