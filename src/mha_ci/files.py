@@ -40,11 +40,13 @@ def read_capped(path: Path, what: str, max_bytes: int) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise ConfigError(f"cannot read {what}: {exc.strerror or exc}", file=str(path)) from None
+    # Checked on the descriptor, before a file object exists: Python refuses to make one of a folder.
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or special file"
+        raise ConfigError(f"cannot read {what}: it is {kind}, not a regular file", file=str(path))
     with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or special file"
-            raise ConfigError(f"{what} is {kind}, not a regular file", file=str(path))
         try:
             data = handle.read(max_bytes + 1)
         except OSError as exc:

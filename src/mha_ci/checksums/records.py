@@ -23,6 +23,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mha_ci.errors import ConfigError
+from mha_ci.files import read_capped
+
 SCHEMA = "mha-ci.codeobj/1"
 
 
@@ -211,14 +214,9 @@ def load(path: Path) -> CodeObjectFile:
     RecordFileError naming the file, never a wrong verdict or a crash."""
     path = Path(path)
     try:
-        if not path.is_file():
-            raise RecordFileError("not a regular file", str(path))
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise RecordFileError(f"cannot be read ({exc.strerror or exc})", str(path)) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise RecordFileError(f"larger than {MAX_FILE_BYTES} bytes", str(path))
+        raw = read_capped(path, "the record file", MAX_FILE_BYTES)
+    except ConfigError as exc:
+        raise RecordFileError(str(exc).removeprefix(f"{path}: "), str(path)) from None
     try:
         data = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except UnicodeDecodeError as exc:

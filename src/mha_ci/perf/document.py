@@ -39,22 +39,28 @@ def load_perf(path: Path) -> dict:
     path = Path(path)
     if not path.exists():
         raise ConfigError("perf result not found", file=str(path))
+    # A regular file of bounded size: a FIFO or a device would block or never end.
+    return parse_perf(read_capped(path, "perf result", MAX_PERF_BYTES), str(path))
+
+
+def parse_perf(data: bytes, source: str) -> dict:
+    """The checked mha-ci.perf/1 document in `data` (a file's bytes, or a git version of one);
+    anything else is a ConfigError naming `source`."""
+    if len(data) > MAX_PERF_BYTES:
+        raise ConfigError(f"perf result has more than the {MAX_PERF_BYTES} allowed bytes", file=source)
     try:
-        # A regular file of bounded size: a FIFO or a device would block or never end.
-        doc = json.loads(read_capped(path, "perf result", MAX_PERF_BYTES).decode(), parse_int=_float_sized_int)
-    except OSError as exc:      # a folder, no permission
-        raise ConfigError(f"cannot read perf result: {exc.strerror or exc}", file=str(path)) from None
+        doc = json.loads(data.decode(), parse_int=_float_sized_int)
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"perf result is not UTF-8 text (byte {exc.start})", file=str(path)) from None
+        raise ConfigError(f"perf result is not UTF-8 text (byte {exc.start})", file=source) from None
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"not JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+        raise ConfigError(f"not JSON: {exc.msg}", file=source, line=exc.lineno) from None
     except _OutOfRange as exc:
-        raise ConfigError(str(exc), file=str(path)) from None
+        raise ConfigError(str(exc), file=source) from None
     except RecursionError:
-        raise ConfigError("perf result is nested too deep to be a perf document", file=str(path)) from None
+        raise ConfigError("perf result is nested too deep to be a perf document", file=source) from None
     problem = check_perf(doc)
     if problem:
-        raise ConfigError(problem, file=str(path))
+        raise ConfigError(problem, file=source)
     return doc
 
 

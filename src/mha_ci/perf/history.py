@@ -17,14 +17,13 @@ one bad commit in a long history must not hide the rest. Nothing here needs a GP
 from __future__ import annotations
 
 import fnmatch
-import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mha_ci.errors import ConfigError, EnvironmentProblem
-from mha_ci.perf.document import MAX_PERF_BYTES, check_perf
+from mha_ci.perf.document import parse_perf
 from mha_ci.perf.shapes import pass_of_key
 
 SCHEMA = "mha-ci.perf-history/1"
@@ -158,14 +157,10 @@ def _document(root: Path, sha: str, path: str) -> tuple[dict | None, str | None]
     done = _git(root, "show", f"{sha}:{path}")
     if done.returncode != 0:
         return None, f"git show failed: {done.stderr.decode(errors='replace').strip()}"
-    if len(done.stdout) > MAX_PERF_BYTES:
-        return None, f"larger than {MAX_PERF_BYTES} bytes"
     try:
-        doc = json.loads(done.stdout.decode())
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        return None, f"not JSON: {exc}"
-    problem = check_perf(doc)
-    return (None, problem) if problem else (doc, None)
+        return parse_perf(done.stdout, f"{sha[:12]}:{path}"), None
+    except ConfigError as exc:
+        return None, str(exc)
 
 
 def _has_commit(root: Path, sha: str | None) -> bool:
