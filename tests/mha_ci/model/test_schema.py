@@ -267,7 +267,7 @@ def test_core_files_cannot_be_taken_over():
 
 
 def test_plan_refuses_a_broken_pipeline(pipeline_root, capsys):
-    _edit(pipeline_root, "archs.yaml", "workers: 1", "workerz: 1")
+    _edit(pipeline_root, "archs.yaml", "\n    workers: ", "\n    workerz: ")     # the first arch's key
     assert main(["--root", str(pipeline_root), "plan"]) == 2
     assert "did you mean 'workers'" in _error(capsys)
 
