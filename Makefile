@@ -13,8 +13,9 @@ LLD     := /usr/lib/llvm-19/bin/ld.lld
 export TRITON_HIP_LLD_PATH ?= $(LLD)
 # Toolchain environments, compile caches and image build contexts live here (CI may cache it).
 export MHA_CI_CACHE ?= $(CURDIR)/.cache/mha-ci
-# pytest-xdist workers for the runner's own tests: most of them wait on one process (a payload,
-# an interpreter run), so one worker per core (`auto`) halves the wall time on CI's two cores.
+# pytest-xdist workers for the runner's own tests: in one process they keep one core busy (a test
+# waits on one payload or interpreter run at a time), so one worker per core (`auto`) uses all of
+# CI's two (docs/ci-timings.md). TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= auto
 
 .PHONY: setup system-deps docker-setup ci ci-all lint test test-fast test-runner test-docker test-cuda-images validate plan checksums perf containers containers-cuda nightly export durations clean
