@@ -248,7 +248,7 @@ class Geometry:
 
     def kernel_seqlens(self) -> tuple[int, int]:
         """The kernels' seqlen_q/seqlen_k arguments: dense, the lengths; varlen, the packed row
-        counts (common.sequence_bounds clamps each sequence into them)."""
+        counts (common.sequence_bounds empties a sequence that does not lie within them)."""
         if self.varlen:
             return self.rows_q, self.rows_k
         return self.seqlen_q, self.seqlen_k

@@ -146,72 +146,87 @@ def test_meta_errors_are_value_errors():
 
 # The kernels' own bound: a cu_seqlens that validation never saw (written on the device after a
 # validated call, or handed straight to the launcher as here) must never move a load or a store
-# outside the packed tensors. Each tensor lives inside a larger buffer whose rows before and after
-# it are NaN, so a load outside it poisons the outputs; the outputs live inside such buffers too,
-# so a store outside them shows in the padding.
+# outside the packed tensors. Every tensor, inputs and the outputs the launcher allocates, lives
+# inside a larger buffer whose rows before and after it are NaN: a load outside a tensor poisons
+# the outputs, a store outside one overwrites the padding.
 PAD = 16
+ROWS = 64
 
 
-def _padded(rows, heads, dim, device, value=None):
-    buf = torch.full((rows + 2 * PAD, heads, dim), float("nan"), device=device)
-    inner = buf[PAD:PAD + rows]
-    inner.copy_(torch.randn(rows, heads, dim, device=device) if value is None else value)
+class _PaddedTorch:
+    """torch for mha.launch, except that its outputs are zeroed views inside NaN padding."""
+
+    def __init__(self, device):
+        self.device, self.buffers = device, []
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def _inner(self, shape, dtype):
+        buf, inner = _padded(shape, self.device, torch.zeros(shape, dtype=dtype, device=self.device))
+        self.buffers.append((buf, inner))
+        return inner
+
+    def empty(self, shape, dtype=None, device=None):
+        return self._inner(tuple(shape), dtype or torch.float32)
+
+    def empty_like(self, t):
+        return self._inner(tuple(t.shape), t.dtype)
+
+
+def _padded(shape, device, value=None):
+    """(buffer, view): the view has `shape` and lies PAD elements of its first (or, for a 2-D
+    lse/delta, its second) dimension inside NaN padding on each side."""
+    dim = 1 if len(shape) == 2 else 0
+    outer = list(shape)
+    outer[dim] += 2 * PAD
+    buf = torch.full(outer, float("nan"), device=device, dtype=torch.float32 if value is None else value.dtype)
+    inner = buf.narrow(dim, PAD, shape[dim])
+    inner.copy_(torch.randn(shape, device=device) if value is None else value)
     return buf, inner
 
 
-def _corrupt_geometry(rows_q, rows_k):
-    # cu_seqlens [-9, 40, 10**6] and [0, 30, 10**6]: a start before the tensor, an end far past it,
-    # and a grid (longest 32) that reaches past the packed total. Clamped, they cover every row.
-    cu_q = torch.tensor([-9, 40, 10**6], dtype=torch.int32)
-    cu_k = torch.tensor([0, 30, 10**6], dtype=torch.int32)
+def _untouched(buf, inner):
+    dim = 1 if buf.dim() == 2 else 0
+    before, after = buf.narrow(dim, 0, PAD), buf.narrow(dim, PAD + inner.shape[dim], PAD)
+    return bool(torch.isnan(before).all() and torch.isnan(after).all())
+
+
+def _corrupt(device):
+    """cu_seqlens no validation would pass, and a grid (longest 48) past the packed total:
+    q's second sequence ends far past the tensor, k's first starts before it. The kernels treat
+    both as empty; unbounded, they read the padding and write past the outputs."""
+    cu_q = torch.tensor([0, 40, 10**6], dtype=torch.int32, device=device)
+    cu_k = torch.tensor([-9, 30, ROWS], dtype=torch.int32, device=device)
     geo = launch.Geometry(batch=2, seqlen_q=48, seqlen_k=48, heads_q=2, heads_k=2, varlen=True,
-                          rows_q=rows_q, rows_k=rows_k)
-    return cu_q, cu_k, geo
+                          rows_q=ROWS, rows_k=ROWS)
+    specs = launch.kernel_specs(launch.Problem(dtype="fp32", dqk=16, dv=16, causal=False, window=(-1, -1),
+                                               has_sink=False, dropout=False, varlen=True), "interpreter")
+    return cu_q, cu_k, geo, specs
 
 
-def _specs():
-    problem = launch.Problem(dtype="fp32", dqk=16, dv=16, causal=False, window=(-1, -1), has_sink=False,
-                             dropout=False, varlen=True)
-    return launch.kernel_specs(problem, "interpreter")
-
-
-def test_forward_stays_inside_the_packed_tensors_whatever_cu_seqlens_holds(device):
+def test_forward_stays_inside_the_packed_tensors_whatever_cu_seqlens_holds(device, monkeypatch):
     torch.manual_seed(0)
-    rows = 64
-    _, q = _padded(rows, 2, 16, device)
-    _, k = _padded(rows, 2, 16, device)
-    _, v = _padded(rows, 2, 16, device)
-    cu_q, cu_k, geo = _corrupt_geometry(rows, rows)
-    out, lse = launch.forward(_specs()["fwd"], geo, q, k, v, None, cu_q.to(device), cu_k.to(device),
-                              0.25, (-1, -1), 0.0, (0, 0))
+    q, k, v = (_padded((ROWS, 2, 16), device)[1] for _ in range(3))
+    padded = _PaddedTorch(device)
+    monkeypatch.setattr(launch, "torch", padded)
+    cu_q, cu_k, geo, specs = _corrupt(device)
+    out, lse = launch.forward(specs["fwd"], geo, q, k, v, None, cu_q, cu_k, 0.25, (-1, -1), 0.0, (0, 0))
     assert torch.isfinite(out).all(), "a load left the packed q/k/v (NaN padding reached the output)"
-    assert not torch.isnan(lse).any()
+    assert not torch.isnan(lse).any(), "a load left the packed q/k/v (NaN padding reached the lse)"
+    for buf, inner in padded.buffers:
+        assert _untouched(buf, inner), "a store landed outside an output tensor"
 
 
 def test_backward_stays_inside_the_packed_tensors_whatever_cu_seqlens_holds(device, monkeypatch):
     torch.manual_seed(0)
-    rows = 64
-    _, q = _padded(rows, 2, 16, device)
-    _, k = _padded(rows, 2, 16, device)
-    _, v = _padded(rows, 2, 16, device)
-    _, out = _padded(rows, 2, 16, device)
-    _, dout = _padded(rows, 2, 16, device)
-    lse = torch.zeros(2, rows, device=device)
-    grads = {}
-
-    def padded_like(t):
-        buf, inner = _padded(t.shape[0], t.shape[1], t.shape[2], device, value=torch.zeros_like(t))
-        grads[id(inner)] = buf
-        return inner
-
-    monkeypatch.setattr(launch.torch, "empty_like",
-                        lambda t, **kw: padded_like(t) if t.dim() == 3 else torch.zeros_like(t, **kw))
-    cu_q, cu_k, geo = _corrupt_geometry(rows, rows)
-    dq, dk, dv, delta = launch.backward(_specs(), geo, q, k, v, out, dout, lse, cu_q.to(device), cu_k.to(device),
-                                        0.25, (-1, -1), 0.0, (0, 0))
-    for name, grad in (("dq", dq), ("dk", dk), ("dv", dv)):
+    q, k, v, out, dout = (_padded((ROWS, 2, 16), device)[1] for _ in range(5))
+    lse = _padded((2, ROWS), device, torch.zeros(2, ROWS, device=device))[1]  # delta takes its strides
+    padded = _PaddedTorch(device)
+    monkeypatch.setattr(launch, "torch", padded)
+    cu_q, cu_k, geo, specs = _corrupt(device)
+    grads = launch.backward(specs, geo, q, k, v, out, dout, lse, cu_q, cu_k, 0.25, (-1, -1), 0.0, (0, 0))
+    for name, grad in zip(("dq", "dk", "dv", "delta"), grads):
         assert torch.isfinite(grad).all(), f"{name}: a load left the packed tensors"
-        buf = grads[id(grad)]
-        assert torch.isnan(buf[:PAD]).all() and torch.isnan(buf[PAD + rows:]).all(), \
-            f"{name}: a store landed outside the packed tensor"
-    assert torch.isfinite(delta).all()
+    for buf, inner in padded.buffers:
+        assert _untouched(buf, inner), "a store landed outside an output tensor"

@@ -210,18 +210,21 @@ def store_head(Base, tile, rows, stride_s, n_rows, COL0: tl.constexpr, BLOCK: tl
 def sequence_bounds(CuSeqlens, batch, seqlen, IS_VARLEN: tl.constexpr):
     """(start row in the packed tensor, length) of sequence `batch`; dense: (0, seqlen).
 
-    Varlen: `seqlen` is the packed tensor's row count, and both ends are clamped into
-    [0, seqlen] with end >= start. Every load and store of a sequence is masked by its length,
-    so whatever cu_seqlens holds (written after validation, or on the device where validation
-    cannot afford to re-read it) a kernel computes wrong numbers at worst, never touches memory
-    outside the tensors.
+    Varlen: `seqlen` is the packed tensor's row count, and a sequence that does not lie within
+    [0, seqlen) with a non-negative length is empty. Every load and store of a sequence is
+    masked by its length, so whatever cu_seqlens holds (written after validation, or on the
+    device, where validation cannot afford to re-read it) a kernel computes wrong numbers at
+    worst, never touches memory outside the tensors. Emptying the length leaves the start as
+    loaded: clamping the start instead cost the sm90 varlen forward its second resident tile
+    (docs/configs.md).
 
     The start is int64: start * stride_s is a base offset and may pass 2^31 in a large packed
     tensor; the length stays int32 (it only bounds in-sequence tile offsets)."""
     if IS_VARLEN:
-        start = tl.minimum(tl.maximum(tl.load(CuSeqlens + batch), 0), seqlen)
-        end = tl.minimum(tl.maximum(tl.load(CuSeqlens + batch + 1), start), seqlen)
-        return start.to(tl.int64), end - start
+        start = tl.load(CuSeqlens + batch)
+        end = tl.load(CuSeqlens + batch + 1)
+        inside = (start >= 0) & (end >= start) & (end <= seqlen)
+        return start.to(tl.int64), tl.where(inside, end - start, 0)
     else:
         return 0, seqlen
 
