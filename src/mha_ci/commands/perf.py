@@ -30,6 +30,7 @@ from pathlib import Path
 
 from mha_ci.commands.run import add_pins_option, check_pins_option
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
+from mha_ci.model.loader import load_pipeline
 
 
 def register(sub) -> None:
@@ -138,9 +139,10 @@ def cmd_shapes(args) -> int:
 
     from mha_ci.perf.measure import selected_workloads, write_inputs
 
-    _, workloads = selected_workloads(args.root, args.subset, args.shape)
+    pipeline = load_pipeline(args.root)
+    workloads = selected_workloads(pipeline, args.subset, args.shape)
     if args.out:
-        shapes, method, count = write_inputs(args.root, args.out, args.subset, args.shape)
+        shapes, method, count = write_inputs(pipeline, args.out, args.subset, args.shape)
         print(f"wrote {shapes} ({count} shapes) and {method}", file=sys.stderr)
     if args.format == "json":
         from mha_ci.perf.workloads import shapes_document
@@ -161,9 +163,8 @@ def cmd_shapes(args) -> int:
 
 def cmd_measure(args) -> int:
     from mha_ci.executors import make_executor
-    from mha_ci.model.loader import load_pipeline
     from mha_ci.perf.compare import compare
-    from mha_ci.perf.config import gate_policy, load_perf_file
+    from mha_ci.perf.config import gate_policy
     from mha_ci.perf.measure import measure_interleaved, measure_lockstep, measure_repeated, write_inputs
 
     check_pins_option(args)
@@ -174,7 +175,7 @@ def cmd_measure(args) -> int:
     if args.against:
         return _measure_against(args, pipeline, toolchain, arch, out_dir)
     rel = f"perf-{arch}-{toolchain}" + (f"-vs-{args.interleave}" if args.interleave else "")
-    _, _, count = write_inputs(args.root, out_dir / rel, args.subset, args.shape)
+    _, _, count = write_inputs(pipeline, out_dir / rel, args.subset, args.shape)
     executor = make_executor(args.executor, args.root, pin_mode=args.pins)
     print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}"
           + (f" interleaved with {args.interleave} " + (f"in {args.chunks} chunks" if args.chunks else "per shape")
@@ -194,7 +195,7 @@ def cmd_measure(args) -> int:
     else:
         docs = measure_interleaved(executor, pipeline, (toolchain, args.interleave), arch, out_dir, rel,
                                    args.chunks, kernel=args.kernel)
-    return _report(compare(docs[toolchain], docs[args.interleave], gate_policy(load_perf_file(args.root)),
+    return _report(compare(docs[toolchain], docs[args.interleave], gate_policy(pipeline.perf),
                            cross_toolchain=True), out_dir / rel)
 
 
@@ -214,7 +215,7 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
     from mha_ci.cache import cache_root
     from mha_ci.perf.base_checkout import materialise, resolve
     from mha_ci.perf.compare import compare
-    from mha_ci.perf.config import against_policy, load_perf_file
+    from mha_ci.perf.config import against_policy
     from mha_ci.perf.measure import measure_against, write_inputs
     from mha_ci.perf.provenance import git_commit
 
@@ -225,7 +226,7 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
         raise ConfigError("--repeat is not supported with --against (one interleaved run per call)", key="--repeat")
     sha = resolve(args.root, args.against)
     rel = f"perf-{arch}-{toolchain}-against-{sha[:12]}"
-    _, _, count = write_inputs(args.root, out_dir / rel, args.subset, args.shape)
+    _, _, count = write_inputs(pipeline, out_dir / rel, args.subset, args.shape)
     base_root = out_dir / rel / "base-checkout"
     materialise(args.root, sha, base_root)
     # One venv (or image) for both sides: the toolchain is the same, only the kernel differs.
@@ -235,17 +236,17 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
     print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}: the kernel of "
           f"{args.against} ({sha[:12]}) and of the working tree, taking turns per shape", file=sys.stderr)
     docs = measure_against(executors, (sha, head), pipeline, toolchain, arch, out_dir, rel, kernel=args.kernel)
-    return _report(compare(docs["base"], docs["head"], against_policy(load_perf_file(args.root))), out_dir / rel)
+    return _report(compare(docs["base"], docs["head"], against_policy(pipeline.perf)), out_dir / rel)
 
 
 def cmd_compare(args) -> int:
     from mha_ci.perf import report
     from mha_ci.perf.compare import compare
-    from mha_ci.perf.config import gate_policy, load_perf_file
+    from mha_ci.perf.config import gate_policy
     from mha_ci.perf.document import load_perf
 
     comparison = compare(load_perf(args.baseline), load_perf(args.candidate),
-                         gate_policy(load_perf_file(args.root)), cross_toolchain=args.cross_toolchain)
+                         gate_policy(load_pipeline(args.root).perf), cross_toolchain=args.cross_toolchain)
     if args.format == "json":
         print(json.dumps(comparison.to_dict(), indent=1))
     elif args.format == "md":
@@ -262,10 +263,10 @@ def cmd_compare(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from mha_ci.perf import calibrate
-    from mha_ci.perf.config import against_policy, calibration_bars, gate_policy, load_perf_file
+    from mha_ci.perf.config import against_policy, calibration_bars, gate_policy
     from mha_ci.perf.document import load_perf, write_json
 
-    spec = load_perf_file(args.root)
+    spec = load_pipeline(args.root).perf
     planted = load_perf(args.planted) if args.planted else None
     if planted is not None and not any(e.get("planted_pct") for e in planted["results"]):
         raise ConfigError("no shape of this run was planted: measure it with MHA_PERF_PLANT_SLOWDOWN=<pct> "
@@ -297,10 +298,10 @@ def cmd_calibrate(args) -> int:
 
 def cmd_combine(args) -> int:
     from mha_ci.perf.combine import combine
-    from mha_ci.perf.config import gate_policy, load_perf_file
+    from mha_ci.perf.config import gate_policy
     from mha_ci.perf.document import load_perf, write_json
 
-    policy = gate_policy(load_perf_file(args.root))
+    policy = gate_policy(load_pipeline(args.root).perf)
     doc = combine([load_perf(p) for p in args.runs], names=[str(p) for p in args.runs],
                   max_noise_pct=policy.invalid_noise_pct)
     write_json(args.out, doc)
@@ -320,7 +321,6 @@ def cmd_merge(args) -> int:
 
 
 def cmd_refresh(args) -> int:
-    from mha_ci.model.loader import load_pipeline
     from mha_ci.refresh.core import refresh
 
     check_pins_option(args)

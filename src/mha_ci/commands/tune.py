@@ -25,6 +25,7 @@ from pathlib import Path
 
 from mha_ci.commands.run import add_pins_option, check_pins_option
 from mha_ci.errors import ConfigError, ExitCode
+from mha_ci.model.loader import load_pipeline
 
 
 def register(sub) -> None:
@@ -64,7 +65,6 @@ def handle(args) -> int:
     if args.action == "propose":
         return _propose(args)
     from mha_ci.executors import make_executor
-    from mha_ci.model.loader import load_pipeline
     from mha_ci.tune import plan as plan_mod
 
     if not args.arch or not args.toolchain:
@@ -94,7 +94,7 @@ def _plan(args, pipeline, executor, out: Path) -> dict:
     from mha_ci.tune import plan as plan_mod
 
     report = targets.read_report(args.from_report) if args.from_report else None
-    _, workloads = selected_workloads(args.root, "full")
+    workloads = selected_workloads(pipeline, "full")
     chosen = targets.choose([w.to_dict() for w in workloads], args.bucket, report, args.pass_)
     if not chosen:
         raise ConfigError(f"nothing to tune: no bucket selected (the report has no {args.pass_} regression?)",
@@ -116,5 +116,5 @@ def _propose(args) -> int:
 
     if args.from_dir is None:
         raise ConfigError("tune propose needs --from DIR (the --out of a tune run)", key="--from")
-    return proposal.propose(args.root, args.from_dir.resolve(), branch=args.branch,
+    return proposal.propose(load_pipeline(args.root), args.from_dir.resolve(), branch=args.branch,
                             executor_name=args.executor or "venv")

@@ -18,7 +18,7 @@ from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Job
 from mha_ci.perf import report
 from mha_ci.perf.compare import compare
-from mha_ci.perf.config import gate_policy, load_perf_file
+from mha_ci.perf.config import gate_policy
 from mha_ci.perf.document import load_perf
 from mha_ci.perf.measure import measure_repeated, write_inputs
 
@@ -31,7 +31,7 @@ def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> 
     subset = os.environ.get("MHA_CI_PERF_SUBSET", "full")
     rel = f"jobs/{job.id}"
     job_dir = Path(out_dir) / rel
-    _, _, count = write_inputs(pipeline.root, job_dir, subset)
+    _, _, count = write_inputs(pipeline, job_dir, subset)
     try:
         repeat = int(os.environ.get("MHA_CI_PERF_REPEAT", "1"))
     except ValueError:
@@ -46,7 +46,7 @@ def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> 
         result.message = (f"no baseline {base_file.relative_to(pipeline.root)}: nothing to gate against "
                           f"(the nightly refresh, or `mha-ci perf refresh`, stores one)")
         return result
-    comparison = compare(load_perf(base_file), candidate, gate_policy(load_perf_file(pipeline.root)))
+    comparison = compare(load_perf(base_file), candidate, gate_policy(pipeline.perf))
     paths = report.write_all(comparison, job_dir)
     result.artifacts += [str(p.relative_to(out_dir)) for p in paths.values()]
     prov = candidate["provenance"]

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
+from mha_ci.model.pipeline import Pipeline
 from mha_ci.tune import outdir, session
 
 REPORT_DIR = "docs/records/{date}-tune-{arch}-{toolchain}"
@@ -97,10 +98,11 @@ def records_for(root: Path, plan: dict, changed: dict, scratch: Path, executor_n
     return files
 
 
-def propose(root: Path, out: Path, branch: str | None, executor_name: str) -> int:
+def propose(pipeline: Pipeline, out: Path, branch: str | None, executor_name: str) -> int:
+    root = pipeline.root
     from mha_ci.perf import report
     from mha_ci.perf.compare import compare
-    from mha_ci.perf.config import gate_policy, load_perf_file
+    from mha_ci.perf.config import gate_policy
     from mha_ci.refresh.branch import commit_on_new_branch, head_commit
 
     plan, choices = outdir.read_json(out / "plan.json"), outdir.read_json(out / "choices.json")
@@ -117,7 +119,7 @@ def propose(root: Path, out: Path, branch: str | None, executor_name: str) -> in
         raise ProposalRefused(f"verify measured {len(rows)} of {len(verify_plan['shapes'])} shapes: run the GPU "
                               f"phase again with --out {out}")
     before, after = perf_documents(out, plan)
-    comparison = compare(before, after, gate_policy(load_perf_file(root)))
+    comparison = compare(before, after, gate_policy(pipeline.perf))
     check = outdir.read_json(out / "check" / "verdict.json")
     if comparison.gate_failed:
         raise ProposalRefused("the proposed config regresses shapes of the full set:\n" + report.text(comparison))

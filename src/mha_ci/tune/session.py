@@ -23,6 +23,8 @@ from pathlib import Path
 from mha_ci import baselines
 from mha_ci.errors import EnvironmentProblem, ExitCode
 from mha_ci.executors.base import PayloadRun
+from mha_ci.model.perf_schema import PerfFile
+from mha_ci.perf.config import gate_policy, method
 from mha_ci.tune import outdir, select
 
 # The tests that exercise every bucket's forward and backward kernels on a GPU (the rest of the
@@ -36,10 +38,8 @@ def log(message: str) -> None:
     print(f"mha-ci tune: {message}", file=sys.stderr, flush=True)
 
 
-def _method(root: Path, seconds_per_shape: float) -> dict:
-    from mha_ci.perf.config import load_perf_file, method
-
-    data = method(load_perf_file(root)).to_dict()
+def _method(perf: PerfFile, seconds_per_shape: float) -> dict:
+    data = method(perf).to_dict()
     data["max_seconds_per_shape"] = seconds_per_shape
     return data
 
@@ -70,7 +70,7 @@ def timed_candidates(bucket: dict, max_candidates: int) -> dict:
 
 
 def time_buckets(args, pipeline, executor, out: Path, plan: dict, deadline: float) -> None:
-    outdir.write_json(out / "timing" / "method.json", _method(args.root, args.seconds_per_shape))
+    outdir.write_json(out / "timing" / "method.json", _method(pipeline.perf, args.seconds_per_shape))
     for bucket in plan["buckets"]:
         if time.time() >= deadline:
             log(f"budget reached before timing {bucket['bucket']}")
@@ -86,11 +86,9 @@ def time_buckets(args, pipeline, executor, out: Path, plan: dict, deadline: floa
         _run_time_payload(executor, pipeline, plan, rel, out, deadline)
 
 
-def choose(root: Path, out: Path, plan: dict, max_candidates: int) -> dict:
+def choose(perf: PerfFile, out: Path, plan: dict, max_candidates: int) -> dict:
     """Per bucket: the ranked scores and the choice; written to OUT/choices.json."""
-    from mha_ci.perf.config import gate_policy, load_perf_file
-
-    floor = gate_policy(load_perf_file(root)).floor_pct
+    floor = gate_policy(perf).floor_pct
     result = {}
     for bucket in plan["buckets"]:
         rows = list(outdir.latest_rows(out / "timing" / bucket["bucket"] / "results.jsonl").values())
@@ -116,7 +114,7 @@ def verify(args, pipeline, executor, out: Path, plan: dict, choices: dict, deadl
     changed = {b: c["config"] for b, c in choices.items() if c["choice"]}
     if not changed:
         return True
-    _, workloads = selected_workloads(args.root, "full")
+    workloads = selected_workloads(pipeline, "full")
     shapes = [{**w.to_dict(), "bucket": bucket_of(w.shape)} for w in workloads if w.shape.config_pass == plan["pass"]]
     shapes = [s for s in shapes if s["bucket"] in changed]
     outdir.write_json(out / "verify" / "plan.json", {"arch": plan["arch"], "shapes": shapes,
@@ -166,7 +164,7 @@ def proposed_config_text(text: str, pass_: str, changed: dict) -> str:
 
 def gpu_phases(args, pipeline, executor, out: Path, plan: dict, deadline: float) -> int:
     time_buckets(args, pipeline, executor, out, plan, deadline)
-    choices = choose(args.root, out, plan, args.max_candidates)
+    choices = choose(pipeline.perf, out, plan, args.max_candidates)
     for bucket, c in choices.items():
         log(f"{bucket}: {c['measured']}/{c['shapes']} shapes measured; choice: "
             f"{c['choice'] or 'keep the current config'} {c['why']}")

@@ -60,7 +60,7 @@ def test_perf_job_passes_fails_and_reports(checkout, tmp_path, monkeypatch):
     monkeypatch.setenv("MHA_CI_PERF_SUBSET", "pr")
     pipeline = load_pipeline(checkout)
     job = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
-    keys = [w.key for w in measure.selected_workloads(checkout, "pr")[1]]
+    keys = [w.key for w in measure.selected_workloads(load_pipeline(checkout), "pr")]
     # no baseline yet: the job cannot pass
     result = perf_kind.run_job(job, pipeline, FakeExecutor(), tmp_path / "o0")
     assert result.verdict == "fail" and "no baseline" in result.message
@@ -91,7 +91,7 @@ def test_interleave_runs_abba_merges_and_compares(checkout, tmp_path):
     assert measure.interleave_order(3, "a", "b") == [(1, "a"), (1, "b"), (2, "b"), (2, "a"), (3, "a"), (3, "b")]
     pipeline = load_pipeline(checkout)
     rel = "inter"
-    _, _, count = measure.write_inputs(checkout, tmp_path / rel, "pr")
+    _, _, count = measure.write_inputs(load_pipeline(checkout), tmp_path / rel, "pr")
     fake = FakeExecutor(us=lambda key, tc: 100.0 if tc == "triton-3.4" else 90.0)
     docs = measure.measure_interleaved(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel, 4)
     assert [r[0] for r in fake.runs] == ["triton-3.4", "triton-3.8", "triton-3.8", "triton-3.4"] * 2
@@ -136,7 +136,7 @@ class LockstepFake(FakeExecutor):
 def test_lockstep_runs_both_sides_at_once_and_compares(checkout, tmp_path):
     pipeline = load_pipeline(checkout)
     rel = "lock"
-    _, _, count = measure.write_inputs(checkout, tmp_path / rel, "pr")
+    _, _, count = measure.write_inputs(load_pipeline(checkout), tmp_path / rel, "pr")
     fake = LockstepFake(us=lambda key, tc: 100.0 if tc == "triton-3.4" else 90.0)
     docs = measure.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel)
     log = (tmp_path / rel / "lockstep" / "log").read_text().splitlines()
@@ -151,7 +151,7 @@ def test_lockstep_runs_both_sides_at_once_and_compares(checkout, tmp_path):
 
 def test_lockstep_failure_of_one_side_stops_the_other(checkout, tmp_path):
     pipeline = load_pipeline(checkout)
-    measure.write_inputs(checkout, tmp_path / "lock", "pr")
+    measure.write_inputs(load_pipeline(checkout), tmp_path / "lock", "pr")
     fake = LockstepFake(fail_toolchain="triton-3.8")
     with pytest.raises(EnvironmentProblem):
         measure.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, "lock")
@@ -160,7 +160,7 @@ def test_lockstep_failure_of_one_side_stops_the_other(checkout, tmp_path):
 @pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 def test_repeat_runs_separate_processes_and_combines_them(checkout, tmp_path, monkeypatch):
     pipeline = load_pipeline(checkout)
-    keys = [w.key for w in measure.selected_workloads(checkout, "pr")[1]]
+    keys = [w.key for w in measure.selected_workloads(load_pipeline(checkout), "pr")]
     _baseline(checkout, {k: 100.0 for k in keys})
     # the first shape lands on a slow mode in one process of three: the median run is unaffected
     calls = {"n": 0}

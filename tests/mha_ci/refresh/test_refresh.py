@@ -293,7 +293,7 @@ def test_policy_comes_from_pipelines_perf_yaml(repo):
     import yaml
 
     raw = yaml.safe_load((repo / "pipelines" / "perf.yaml").read_text())
-    policy = RefreshPolicy.from_pipelines(repo)
+    policy = RefreshPolicy.from_perf(load_pipeline(repo).perf)
     assert policy.max_noise_pct == raw["refresh"]["max_noise_pct"]
     assert policy.gate.floor_pct == raw["gate"]["floor_pct"] and policy.gate.k == raw["gate"]["k"]
 
