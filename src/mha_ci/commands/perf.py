@@ -28,7 +28,7 @@ import os
 import sys
 from pathlib import Path
 
-from mha_ci.commands.run import add_pins_option, check_pins_option
+from mha_ci.commands.options import add_pins_option, check_pins_option
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
 from mha_ci.model.loader import load_pipeline
 

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from mha_ci.commands.run import add_pins_option, check_pins_option
+from mha_ci.commands.options import add_pins_option, check_pins_option
 from mha_ci.errors import ConfigError, ExitCode
 from mha_ci.model.loader import load_pipeline
 
