@@ -87,7 +87,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     out_meta = torch.empty((b, sq, hq, v.shape[-1]), device="meta")  # allocated contiguous
     validation.check_attention_offsets(q, k, v, sq, k.shape[1], out_meta)
     validation.check_has_data(q=q, k=k, v=v)
-    geo = launch.Geometry(batch=b, seqlen_q=sq, seqlen_k=k.shape[1], heads_q=hq, heads_k=k.shape[2], varlen=False)
+    geo = launch.Geometry(batch=b, seqlen_q=sq, seqlen_k=k.shape[1], heads_q=hq, heads_k=k.shape[2], varlen=False,
+                          rows_q=b * sq, rows_k=b * k.shape[1])
     out, lse = _FlashAttention.apply(q, k, v, sink, None, None, geo, scale, causal, window, p, config)
     return (out, lse) if return_lse else out
 
@@ -108,7 +109,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     validation.check_attention_offsets(q, k, v, longest_q, longest_k, out_meta)
     validation.check_has_data(q=q, k=k, v=v)
     geo = launch.Geometry(batch=cu_seqlens_q.shape[0] - 1, seqlen_q=longest_q, seqlen_k=longest_k,
-                          heads_q=q.shape[1], heads_k=k.shape[1], varlen=True)
+                          heads_q=q.shape[1], heads_k=k.shape[1], varlen=True, rows_q=q.shape[0], rows_k=k.shape[0])
     out, lse = _FlashAttention.apply(q, k, v, sink, cu_seqlens_q, cu_seqlens_k, geo, scale, causal, window,
                                      p, config)
     return (out, lse) if return_lse else out

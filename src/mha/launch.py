@@ -238,11 +238,20 @@ def _launch(spec: KernelSpec, grid: tuple, args: list) -> None:
 class Geometry:
     """Batch/length/head numbers and the strides the kernels need (batch stride 0 for varlen)."""
     batch: int
-    seqlen_q: int  # dense length, or the longest sequence for varlen
+    seqlen_q: int  # dense length, or the longest sequence for varlen (sizes the grid)
     seqlen_k: int
     heads_q: int
     heads_k: int
     varlen: bool
+    rows_q: int  # rows of the q/k tensors (batch * length dense, the packed totals varlen)
+    rows_k: int
+
+    def kernel_seqlens(self) -> tuple[int, int]:
+        """The kernels' seqlen_q/seqlen_k arguments: dense, the lengths; varlen, the packed row
+        counts (common.sequence_bounds clamps each sequence into them)."""
+        if self.varlen:
+            return self.rows_q, self.rows_k
+        return self.seqlen_q, self.seqlen_k
 
     def bsh(self, t: torch.Tensor) -> tuple[int, int, int]:
         if self.varlen:
@@ -320,7 +329,7 @@ def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_
     args = [q, k, v, sink if sink is not None else lse, out, lse,
             dummy_i32, cu_k if cu_k is not None else dummy_i32,
             *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(out), *geo.lse_strides(lse),
-            geo.seqlen_q, geo.seqlen_k, geo.heads_q, geo.heads_q // geo.heads_k, window[0], window[1],
+            *geo.kernel_seqlens(), geo.heads_q, geo.heads_q // geo.heads_k, window[0], window[1],
             softmax_scale * LOG2E, dropout_p, rng[0], rng[1], geo.seqlen_k]
     _launch_tiles(spec, geo.batch * geo.heads_k, geo.heads_q // geo.heads_k, geo.seqlen_q,
                   spec.constexprs["BLOCK_M"], args)
@@ -337,7 +346,7 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
     pre = specs["bwd_preprocess"]
     _launch(pre, (geo.batch * geo.heads_q, triton.cdiv(geo.seqlen_q, pre.constexprs["BLOCK_M"])),
             [out, dout, delta, dummy_i32, *geo.bsh(out), *geo.bsh(dout), *lse_strides,
-             geo.seqlen_q, geo.heads_q])
+             geo.kernel_seqlens()[0], geo.heads_q])
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     group = geo.heads_q // geo.heads_k
     tail = [window[0], window[1], softmax_scale * LOG2E, softmax_scale, dropout_p, rng[0], rng[1], geo.seqlen_k]
@@ -345,12 +354,12 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
     _launch_tiles(spec, geo.batch * geo.heads_k, 1, geo.seqlen_k, spec.constexprs["BLOCK_N"],
                   [q, k, v, dout, lse, delta, dk, dv, dummy_i32, cu_k,
                    *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dk), *geo.bsh(dv),
-                   *lse_strides, geo.seqlen_q, geo.seqlen_k, geo.heads_k, group, *tail])
+                   *lse_strides, *geo.kernel_seqlens(), geo.heads_k, group, *tail])
     spec = specs["bwd_dq"]
     _launch_tiles(spec, geo.batch * geo.heads_k, group, geo.seqlen_q, spec.constexprs["BLOCK_M"],
                   [q, k, v, dout, lse, delta, dq, dummy_i32, cu_k,
                    *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dq),
-                   *lse_strides, geo.seqlen_q, geo.seqlen_k, geo.heads_q, group, *tail])
+                   *lse_strides, *geo.kernel_seqlens(), geo.heads_q, group, *tail])
     return dq, dk, dv, delta
 
 

@@ -1,8 +1,10 @@
 """Fault injection at the kernel boundary: stale cu_seqlens and data-less (meta) tensors must
 raise a clear error before any launch, never reach a kernel that would read or write out of bounds.
 
-The kernels do not bound their loads by the packed totals (cu_seqlens is trusted once
-validated), so each case here spies on the launches: a launch with a bad input is the failure.
+Validation cases spy on the launches: a launch with a bad input is the failure. The kernels
+also clamp every sequence into the packed totals (mha.kernels.common.sequence_bounds); the last
+cases hand the launcher a corrupt cu_seqlens directly and check that nothing outside the tensors
+was read or written.
 """
 import pytest
 import torch
@@ -140,3 +142,76 @@ def test_meta_varlen_inputs_are_refused(no_launch):
 
 def test_meta_errors_are_value_errors():
     assert issubclass(V.MetaTensorError, V.AttentionInputError)
+
+
+# The kernels' own bound: a cu_seqlens that validation never saw (written on the device after a
+# validated call, or handed straight to the launcher as here) must never move a load or a store
+# outside the packed tensors. Each tensor lives inside a larger buffer whose rows before and after
+# it are NaN, so a load outside it poisons the outputs; the outputs live inside such buffers too,
+# so a store outside them shows in the padding.
+PAD = 16
+
+
+def _padded(rows, heads, dim, device, value=None):
+    buf = torch.full((rows + 2 * PAD, heads, dim), float("nan"), device=device)
+    inner = buf[PAD:PAD + rows]
+    inner.copy_(torch.randn(rows, heads, dim, device=device) if value is None else value)
+    return buf, inner
+
+
+def _corrupt_geometry(rows_q, rows_k):
+    # cu_seqlens [-9, 40, 10**6] and [0, 30, 10**6]: a start before the tensor, an end far past it,
+    # and a grid (longest 32) that reaches past the packed total. Clamped, they cover every row.
+    cu_q = torch.tensor([-9, 40, 10**6], dtype=torch.int32)
+    cu_k = torch.tensor([0, 30, 10**6], dtype=torch.int32)
+    geo = launch.Geometry(batch=2, seqlen_q=48, seqlen_k=48, heads_q=2, heads_k=2, varlen=True,
+                          rows_q=rows_q, rows_k=rows_k)
+    return cu_q, cu_k, geo
+
+
+def _specs():
+    problem = launch.Problem(dtype="fp32", dqk=16, dv=16, causal=False, window=(-1, -1), has_sink=False,
+                             dropout=False, varlen=True)
+    return launch.kernel_specs(problem, "interpreter")
+
+
+def test_forward_stays_inside_the_packed_tensors_whatever_cu_seqlens_holds(device):
+    torch.manual_seed(0)
+    rows = 64
+    _, q = _padded(rows, 2, 16, device)
+    _, k = _padded(rows, 2, 16, device)
+    _, v = _padded(rows, 2, 16, device)
+    cu_q, cu_k, geo = _corrupt_geometry(rows, rows)
+    out, lse = launch.forward(_specs()["fwd"], geo, q, k, v, None, cu_q.to(device), cu_k.to(device),
+                              0.25, (-1, -1), 0.0, (0, 0))
+    assert torch.isfinite(out).all(), "a load left the packed q/k/v (NaN padding reached the output)"
+    assert not torch.isnan(lse).any()
+
+
+def test_backward_stays_inside_the_packed_tensors_whatever_cu_seqlens_holds(device, monkeypatch):
+    torch.manual_seed(0)
+    rows = 64
+    _, q = _padded(rows, 2, 16, device)
+    _, k = _padded(rows, 2, 16, device)
+    _, v = _padded(rows, 2, 16, device)
+    _, out = _padded(rows, 2, 16, device)
+    _, dout = _padded(rows, 2, 16, device)
+    lse = torch.zeros(2, rows, device=device)
+    grads = {}
+
+    def padded_like(t):
+        buf, inner = _padded(t.shape[0], t.shape[1], t.shape[2], device, value=torch.zeros_like(t))
+        grads[id(inner)] = buf
+        return inner
+
+    monkeypatch.setattr(launch.torch, "empty_like",
+                        lambda t, **kw: padded_like(t) if t.dim() == 3 else torch.zeros_like(t, **kw))
+    cu_q, cu_k, geo = _corrupt_geometry(rows, rows)
+    dq, dk, dv, delta = launch.backward(_specs(), geo, q, k, v, out, dout, lse, cu_q.to(device), cu_k.to(device),
+                                        0.25, (-1, -1), 0.0, (0, 0))
+    for name, grad in (("dq", dq), ("dk", dk), ("dv", dv)):
+        assert torch.isfinite(grad).all(), f"{name}: a load left the packed tensors"
+        buf = grads[id(grad)]
+        assert torch.isnan(buf[:PAD]).all() and torch.isnan(buf[PAD + rows:]).all(), \
+            f"{name}: a store landed outside the packed tensor"
+    assert torch.isfinite(delta).all()

@@ -210,11 +210,17 @@ def store_head(Base, tile, rows, stride_s, n_rows, COL0: tl.constexpr, BLOCK: tl
 def sequence_bounds(CuSeqlens, batch, seqlen, IS_VARLEN: tl.constexpr):
     """(start row in the packed tensor, length) of sequence `batch`; dense: (0, seqlen).
 
+    Varlen: `seqlen` is the packed tensor's row count, and both ends are clamped into
+    [0, seqlen] with end >= start. Every load and store of a sequence is masked by its length,
+    so whatever cu_seqlens holds (written after validation, or on the device where validation
+    cannot afford to re-read it) a kernel computes wrong numbers at worst, never touches memory
+    outside the tensors.
+
     The start is int64: start * stride_s is a base offset and may pass 2^31 in a large packed
     tensor; the length stays int32 (it only bounds in-sequence tile offsets)."""
     if IS_VARLEN:
-        start = tl.load(CuSeqlens + batch)
-        end = tl.load(CuSeqlens + batch + 1)
+        start = tl.minimum(tl.maximum(tl.load(CuSeqlens + batch), 0), seqlen)
+        end = tl.minimum(tl.maximum(tl.load(CuSeqlens + batch + 1), start), seqlen)
         return start.to(tl.int64), end - start
     else:
         return 0, seqlen

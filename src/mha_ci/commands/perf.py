@@ -12,6 +12,7 @@
                           [--measurement T=FILE ... [--checksums T=FILE ...] [--durations NAME=FILE ...]
                            [--date YYYY-MM-DD]]
     mha-ci perf history   --arch A --toolchain T [--shape GLOB ...] [--pass fwd|bwd] [--rev REF] --out D
+    mha-ci perf bisect    --good REF --bad REF --arch A --toolchain T --shape GLOB ... --out D (commands/bisect.py)
 
 Exit codes: compare/measure --interleave/--against 1 when the gate fails (a regression, a missing,
 failed, NaN or non-positive measurement, or two documents that must not be compared); calibrate 1 when the gate misses a bar of perf.yaml's `calibration`
@@ -130,6 +131,9 @@ def register(sub) -> None:
     p.add_argument("--out", type=Path, required=True,
                    help="folder for index.html, history.md, history.json, overview.png, shapes/*.png")
     p.set_defaults(handler=cmd_history)
+
+    from mha_ci.commands import bisect
+    bisect.register(cmds)
 
 
 # handlers ----------------------------------------------------------------------------------

@@ -103,7 +103,7 @@ def compile_mode(args) -> int:
             results[item["key"]] = {"error": f"refused by the kernel: {exc}", "kernels": {}}
             continue
         results[item["key"]] = {"error": None, "kernels": {}}
-        for name in PASS_KERNELS[item["pass"]]:
+        for name in item.get("kernels") or PASS_KERNELS[item["pass"]]:   # perf bisect names all it launches
             task = task_for_spec(launch, specs[name], f"{item['key']}/{name}", targets[arch],
                                  shared_limit=request.get("shared_limits", {}).get(arch))
             keys[task.key] = cache_key(sources=sources, config=file_digest(Path(config_mod.config_path(arch))),

@@ -95,15 +95,16 @@ def _where_moved(arch: str, measured: dict[str, dict], olds: dict[str, dict | No
         for key in keys:
             lines += [f"- `{key}`: history `{name}/index.html#{key}` of the `{artifact_name(arch)}` artifact; "
                       f"find the commit with `mha-ci perf bisect --good {good} --bad {bad} --arch {arch} "
-                      f"--toolchain {name} --shape '{key}'`"]
+                      f"--toolchain {name} --shape '{key}' --out out/bisect/{name}/{key}`"]
         lines.append("")
     if not lines:
         return []
     return ["", "## When and where it moved", "",
             f"The nightly run uploads each toolchain's history page as the `{artifact_name(arch)}` artifact "
             f"(`mha-ci perf history --arch {arch} --toolchain T --out DIR` makes it on any clone, no GPU). "
-            "`mha-ci perf bisect` is not built yet (issue 26, item 2): until it is, the command below names "
-            "the range to search, and `mha-ci perf measure --against <good>` times one commit of it.", ""] + lines
+            "`mha-ci perf bisect` finds the commit: it skips, on the CPU, every commit whose code objects for the "
+            "shape equal its neighbour's, and binary-searches the rest on a GPU (docs/bisect.md; `--cpu-only` "
+            "does the CPU part anywhere).", ""] + lines
 
 
 def pr_body(*, arch: str, date: str, branch: str | None, base_commit: str, measured: dict[str, dict],

@@ -166,8 +166,8 @@ def test_refresh_pr_body_points_each_moved_shape_to_history_and_bisect():
                    olds={"triton-3.4": old}, comparisons={"triton-3.4": compare(old, new, policy.gate)},
                    policy=policy, other_files=[])
     where = text.split("## When and where it moved")[1].split("## Provenance")[0]
-    assert "`perf-history-sm90` artifact" in where and "not built yet" in where
+    assert "`perf-history-sm90` artifact" in where and "not built yet" not in where
     assert (f"mha-ci perf bisect --good {'a' * 40} --bad {'b' * 40} --arch sm90 --toolchain triton-3.4 "
-            f"--shape '{BWD}'") in where
+            f"--shape '{BWD}' --out out/bisect/triton-3.4/{BWD}`") in where
     assert f"triton-3.4/index.html#{BWD}" in where
     assert f"`{FWD_A}`" not in where              # +0.5 %: it did not move
