@@ -51,14 +51,14 @@ def measurer(root: Path, pipeline, arch: str, toolchain: str, good: str, keys: l
     the executor for a checkout folder."""
     from mha_ci.perf.base_checkout import materialise
     from mha_ci.perf.compare import compare
-    from mha_ci.perf.config import against_policy, load_perf_file
+    from mha_ci.perf.config import against_policy
     from mha_ci.perf.measure import measure_against, write_inputs
 
-    policy = against_policy(load_perf_file(root))
+    policy = against_policy(pipeline.perf)
 
     def measure(commit: str) -> Step:
         rel = f"gpu/{commit[:12]}"
-        write_inputs(root, Path(out) / rel, "full", keys)
+        write_inputs(pipeline, Path(out) / rel, "full", keys)
         sides = []
         for sha in (good, commit):
             checkout = Path(out) / "checkouts" / sha[:12]

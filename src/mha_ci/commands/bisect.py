@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mha_ci.commands.run import add_pins_option, check_pins_option
+from mha_ci.commands.options import add_pins_option, check_pins_option
 from mha_ci.errors import ConfigError
 
 
@@ -56,7 +56,7 @@ def cmd_bisect(args) -> int:
                           key="--toolchain")
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError("--jobs must be at least 1", key="--jobs")
-    _, workloads = selected_workloads(args.root, "full", args.shape)
+    workloads = selected_workloads(pipeline, "full", args.shape)
     workloads = [w for w in workloads if args.pass_ in (None, w.shape.pass_)]
     if not workloads:
         raise ConfigError(f"no {args.pass_} shape matches {', '.join(args.shape)}", key="--pass")
