@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Mapping
 
 from mha_ci.errors import ConfigError
+from mha_ci.executors.devices import ASSUME_ENV, available_devices
 from mha_ci.jobs.context import DEFAULT_JOB_TIMEOUT_S, SUBSETS, RunOptions
 from mha_ci.model.types import Event
 from mha_ci.plan.events import build_event
@@ -59,6 +60,11 @@ def event_from_args(args) -> tuple[Event, str | None]:
         return event, None
     changes = local_changes(args.root)
     return replace(event, changed_files=changes.paths), changes.note
+
+
+def local_devices(environ: Mapping[str, str] = os.environ) -> frozenset[str]:
+    """The device kinds of this machine; $MHA_CI_ASSUME_DEVICES, when set, instead of detection."""
+    return available_devices(environ.get(ASSUME_ENV))
 
 
 def run_options(args, environ: Mapping[str, str] = os.environ) -> RunOptions:

@@ -29,7 +29,7 @@ import os
 import sys
 from pathlib import Path
 
-from mha_ci.commands.options import add_pins_option, check_pins_option
+from mha_ci.commands.options import add_pins_option, check_pins_option, local_devices
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
 from mha_ci.model.loader import load_pipeline
 
@@ -452,9 +452,8 @@ def _golden(pipeline) -> str:
 
 
 def _local_arch(pipeline) -> str:
-    from mha_ci.executors.devices import available_devices
 
-    devices = available_devices()
+    devices = local_devices()
     archs = [a.name for a in pipeline.archs.values() if a.device != "none" and a.device in devices]
     if len(archs) == 1:
         return archs[0]

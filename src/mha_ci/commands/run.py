@@ -21,10 +21,9 @@ import sys
 from pathlib import Path
 
 from mha_ci.commands.options import (EXECUTORS, add_changed_options, add_pins_option, check_pins_option,
-                                     event_from_args, run_options)
+                                     event_from_args, local_devices, run_options)
 from mha_ci.errors import ConfigError
 from mha_ci.executors import make_executor
-from mha_ci.executors.devices import available_devices
 from mha_ci.files import exclusive_folder
 from mha_ci.jobs.context import JobContext
 from mha_ci.jobs.runner import NotRun, run_jobs
@@ -67,7 +66,7 @@ def handle(args) -> int:
         print(f"mha-ci: warning: {warning}", file=sys.stderr)
     the_plan = plan(pipeline, event)
     jobs = select_jobs(pipeline, the_plan, args.jobs)
-    runnable, not_run = split_by_device(pipeline, jobs, available_devices(), requested=bool(args.jobs))
+    runnable, not_run = split_by_device(pipeline, jobs, local_devices(), requested=bool(args.jobs))
     out_dir = (args.out if args.out is not None else args.root / "out").resolve()
     for entry in not_run:
         print(f"mha-ci: {entry.id}: not run: {entry.reason}", file=sys.stderr)
