@@ -27,14 +27,32 @@ import datetime as dt
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
+from mha_ci.cache import cache_root
 from mha_ci.commands.options import add_pins_option, check_pins_option, local_devices
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
+from mha_ci.executors import make_executor
 from mha_ci.model.loader import load_pipeline
+from mha_ci.perf import calibrate, history_report, report
+from mha_ci.perf.base_checkout import materialise, resolve
+from mha_ci.perf.combine import combine
+from mha_ci.perf.compare import compare
+from mha_ci.perf.config import against_policy, calibration_bars, gate_policy
+from mha_ci.perf.document import load_perf, merge_perf, write_json
+from mha_ci.perf.history import history
+from mha_ci.perf.measure import (measure_against, measure_interleaved, measure_lockstep, measure_repeated,
+                                 refresh_measurers, selected_workloads, write_inputs)
+from mha_ci.perf.provenance import git_commit
+from mha_ci.perf.workloads import shapes_document
+from mha_ci.refresh.branch import uncommitted, untracked
+from mha_ci.refresh.core import refresh
+from mha_ci.refresh.measured_code import SOURCE_PATHS, code_mismatch
 
 
-def register(sub) -> None:
+def register(sub):
+    """Add `perf` and its subcommands; returns its subcommand table (cli.py adds `perf bisect` there)."""
     perf = sub.add_parser("perf", help="perf workloads, measurement and gate",
                           description="Measure the workload shapes and gate them against stored baselines.")
     cmds = perf.add_subparsers(dest="perf_command", required=True, parser_class=type(perf))
@@ -132,25 +150,18 @@ def register(sub) -> None:
                    help="folder for index.html, history.md, history.json, overview.png, shapes/*.png")
     p.set_defaults(handler=cmd_history)
 
-    from mha_ci.commands import bisect
-    bisect.register(cmds)
+    return cmds
 
 
 # handlers ----------------------------------------------------------------------------------
 
 def cmd_shapes(args) -> int:
-    from collections import Counter
-
-    from mha_ci.perf.measure import selected_workloads, write_inputs
-
     pipeline = load_pipeline(args.root)
     workloads = selected_workloads(pipeline, args.subset, args.shape)
     if args.out:
         shapes, method, count = write_inputs(pipeline, args.out, args.subset, args.shape)
         print(f"wrote {shapes} ({count} shapes) and {method}", file=sys.stderr)
     if args.format == "json":
-        from mha_ci.perf.workloads import shapes_document
-
         print(json.dumps(shapes_document(workloads, args.subset), indent=1))
         return ExitCode.OK
     for w in workloads:
@@ -166,11 +177,6 @@ def cmd_shapes(args) -> int:
 
 
 def cmd_measure(args) -> int:
-    from mha_ci.executors import make_executor
-    from mha_ci.perf.compare import compare
-    from mha_ci.perf.config import gate_policy
-    from mha_ci.perf.measure import measure_interleaved, measure_lockstep, measure_repeated, write_inputs
-
     check_pins_option(args)
     pipeline = load_pipeline(args.root)
     toolchain = args.toolchain or _golden(pipeline)
@@ -205,8 +211,6 @@ def cmd_measure(args) -> int:
 
 def _report(comparison, folder: Path) -> int:
     """An interleaved measurement's verdict: the reports in `folder`, the text on stdout."""
-    from mha_ci.perf import report
-
     paths = report.write_all(comparison, folder)
     print(report.text(comparison), end="")
     print(f"mha-ci perf: reports in {paths['html'].parent}", file=sys.stderr)
@@ -215,14 +219,6 @@ def _report(comparison, folder: Path) -> int:
 
 def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -> int:
     """`measure --against REF`: base (REF's kernel) and head (the working tree's) interleaved."""
-    from mha_ci.executors import make_executor
-    from mha_ci.cache import cache_root
-    from mha_ci.perf.base_checkout import materialise, resolve
-    from mha_ci.perf.compare import compare
-    from mha_ci.perf.config import against_policy
-    from mha_ci.perf.measure import measure_against, write_inputs
-    from mha_ci.perf.provenance import git_commit
-
     for option, value in (("--interleave", args.interleave), ("--chunks", args.chunks)):
         if value is not None:
             raise ConfigError(f"{option} and --against are two different comparisons; pass one", key=option)
@@ -244,11 +240,6 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
 
 
 def cmd_compare(args) -> int:
-    from mha_ci.perf import report
-    from mha_ci.perf.compare import compare
-    from mha_ci.perf.config import gate_policy
-    from mha_ci.perf.document import load_perf
-
     comparison = compare(load_perf(args.baseline), load_perf(args.candidate),
                          gate_policy(load_pipeline(args.root).perf), cross_toolchain=args.cross_toolchain)
     if args.format == "json":
@@ -266,10 +257,6 @@ def cmd_compare(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from mha_ci.perf import calibrate
-    from mha_ci.perf.config import against_policy, calibration_bars, gate_policy
-    from mha_ci.perf.document import load_perf, write_json
-
     spec = load_pipeline(args.root).perf
     planted = load_perf(args.planted) if args.planted else None
     if planted is not None and not any(e.get("planted_pct") for e in planted["results"]):
@@ -301,10 +288,6 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_combine(args) -> int:
-    from mha_ci.perf.combine import combine
-    from mha_ci.perf.config import gate_policy
-    from mha_ci.perf.document import load_perf, write_json
-
     policy = gate_policy(load_pipeline(args.root).perf)
     doc = combine([load_perf(p) for p in args.runs], names=[str(p) for p in args.runs],
                   max_noise_pct=policy.invalid_noise_pct)
@@ -316,8 +299,6 @@ def cmd_combine(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    from mha_ci.perf.document import load_perf, merge_perf, write_json
-
     merged = merge_perf([load_perf(p) for p in args.chunks])
     write_json(args.out, merged)
     print(f"mha-ci perf: {len(merged['results'])} shapes from {len(args.chunks)} chunks -> {args.out}", file=sys.stderr)
@@ -325,8 +306,6 @@ def cmd_merge(args) -> int:
 
 
 def cmd_refresh(args) -> int:
-    from mha_ci.refresh.core import refresh
-
     check_pins_option(args)
     pipeline = load_pipeline(args.root)
     out_dir = (args.out or args.root / "out" / "refresh").resolve()
@@ -355,9 +334,6 @@ def cmd_refresh(args) -> int:
 
 
 def cmd_history(args) -> int:
-    from mha_ci.perf import history_report
-    from mha_ci.perf.history import history
-
     h = history(args.root, args.arch, args.toolchain, args.shape, args.pass_, args.rev)
     paths = history_report.write_all(h, args.out)
     print(history_report.markdown(h), end="")
@@ -369,8 +345,6 @@ def cmd_history(args) -> int:
 
 def _refuse_other_code(args, arch: str) -> None:
     """A measurement file stands for HEAD's baseline only if it timed HEAD's code objects."""
-    from mha_ci.refresh.measured_code import code_mismatch
-
     for name, path in _pairs(args.measurement, "--measurement"):
         why = code_mismatch(args.root, _read_json(path), name, arch)
         if why:
@@ -379,11 +353,6 @@ def _refuse_other_code(args, arch: str) -> None:
 
 def _measured_here(args, pipeline, arch: str, out_dir: Path):
     """The measure and re-measure functions of a refresh that measures HEAD on this machine."""
-    from mha_ci.executors import make_executor
-    from mha_ci.perf.measure import refresh_measurers
-    from mha_ci.refresh.branch import uncommitted, untracked
-    from mha_ci.refresh.measured_code import SOURCE_PATHS
-
     # A baseline is stored as the measurement of HEAD: measuring other code would misattribute it.
     changed = uncommitted(args.root) + untracked(args.root, SOURCE_PATHS)
     if changed:

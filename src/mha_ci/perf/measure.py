@@ -21,7 +21,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
+from mha_ci.executors.base import PayloadRun
 from mha_ci.model.pipeline import Pipeline
+from mha_ci.perf import lockstep
 from mha_ci.perf.combine import combine
 from mha_ci.perf.config import gate_policy, method
 from mha_ci.perf.document import load_perf, merge_perf, write_json
@@ -62,8 +64,6 @@ def run_payload(executor, pipeline: Pipeline, toolchain: str, arch: str, out_dir
                 plant: bool = True) -> dict:
     """Run the payload on out_dir/rel/{shapes,method}.json; returns the perf document. `plant`
     passes a planted slowdown (MHA_PERF_PLANT_*) of the environment on to it."""
-    from mha_ci.executors.base import PayloadRun
-
     if toolchain not in pipeline.toolchains:
         raise ConfigError(f"unknown toolchain '{toolchain}'; known: {', '.join(pipeline.toolchains)}", key="--toolchain")
     if arch not in pipeline.archs:
@@ -160,8 +160,6 @@ def measure_against(executors: tuple, commits: tuple[str, str | None], pipeline:
 def _take_turns(sides: list, pipeline: Pipeline, arch: str, out_dir: Path, rel: str, kernel: str) -> dict[str, dict]:
     """Two payloads at once, roles a and b of one turn folder; sides are (name, executor,
     toolchain, out_name, extra_env). The first failure stops the other side too."""
-    from mha_ci.perf import lockstep
-
     folder = lockstep.prepare(Path(out_dir) / rel / "lockstep")
     with ThreadPoolExecutor(max_workers=2) as pool:
         # A planted slowdown is the change under test: it goes to the candidate (second) side only.

@@ -56,8 +56,8 @@ from mha_ci.model.types import Arch, Toolchain
 from mha_ci.perf import comparable
 from mha_ci.perf.combine import roll
 from mha_ci.perf.compare import Comparison, GatePolicy, compare
-from mha_ci.perf.document import SCHEMA as PERF_SCHEMA
 from mha_ci.perf.config import gate_policy
+from mha_ci.perf.document import SCHEMA as PERF_SCHEMA
 from mha_ci.perf.document import check_perf, load_perf
 from mha_ci.refresh import branch as git_branch
 from mha_ci.refresh import report

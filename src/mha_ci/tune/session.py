@@ -13,6 +13,7 @@ check   the correctness job of the arch and toolchain, narrowed to the attention
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -24,7 +25,9 @@ from mha_ci import baselines
 from mha_ci.errors import EnvironmentProblem, ExitCode
 from mha_ci.executors.base import PayloadRun
 from mha_ci.model.perf_schema import PerfFile
+from mha_ci.perf.buckets import bucket_of
 from mha_ci.perf.config import gate_policy, method
+from mha_ci.perf.measure import selected_workloads
 from mha_ci.tune import outdir, select
 
 # The tests that exercise every bucket's forward and backward kernels on a GPU (the rest of the
@@ -108,9 +111,6 @@ def choose(perf: PerfFile, out: Path, plan: dict, max_candidates: int) -> dict:
 
 def verify(args, pipeline, executor, out: Path, plan: dict, choices: dict, deadline: float) -> bool:
     """Time current vs chosen on the full set's shapes of the changed buckets; True when done."""
-    from mha_ci.perf.measure import selected_workloads
-    from mha_ci.perf.buckets import bucket_of
-
     changed = {b: c["config"] for b, c in choices.items() if c["choice"]}
     if not changed:
         return True
@@ -154,8 +154,6 @@ def check(args, out: Path, plan: dict, choices: dict) -> int | None:
 def proposed_config_text(text: str, pass_: str, changed: dict) -> str:
     """The config file with the changed buckets' values replaced, everything else (order, notes,
     guards, formatting of the other buckets) as it was."""
-    import json
-
     data = json.loads(text)
     for bucket, cfg in changed.items():
         data[pass_][bucket] = {**data[pass_][bucket], **cfg}
