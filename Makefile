@@ -13,6 +13,10 @@ LLD     := /usr/lib/llvm-19/bin/ld.lld
 export TRITON_HIP_LLD_PATH ?= $(LLD)
 # Toolchain environments, compile caches and image build contexts live here (CI may cache it).
 export MHA_CI_CACHE ?= $(CURDIR)/.cache/mha-ci
+# pytest-xdist workers for the runner's own tests: in one process they keep one core busy (a test
+# waits on one payload or interpreter run at a time), so one worker per core (`auto`) uses all of
+# CI's two (docs/ci-timings.md). TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= auto
 
 .PHONY: setup system-deps docker-setup ci ci-all lint test test-fast test-runner test-docker test-cuda-images validate plan checksums perf containers containers-cuda nightly export durations clean
 
@@ -71,7 +75,7 @@ test-fast: $(STAMP)
 
 # The runner's tests that need no docker: unit tests plus real venv environments and compiles.
 test-runner: setup
-	$(BIN)/python -m pytest tests/mha_ci -q -ra -m "not docker" --durations=15
+	$(BIN)/python -m pytest tests/mha_ci -q -ra -m "not docker" --durations=15 -n $(TEST_WORKERS)
 
 # dockerd, the CPU images of both toolchains, then the docker executor, equivalence and registry
 # tests.

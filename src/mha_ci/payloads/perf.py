@@ -68,6 +68,7 @@ import contextlib
 import fnmatch
 import functools
 import hashlib
+import importlib
 import json
 import os
 import statistics
@@ -304,6 +305,7 @@ class LaunchRecorder:
 
     def __init__(self) -> None:
         self.hashes: dict[str, str] = {}
+        self.observers: list | None = None
 
     def __call__(self, spec, kernel) -> None:
         if spec.name not in self.hashes:
@@ -312,15 +314,16 @@ class LaunchRecorder:
                 self.hashes[spec.name] = digest
 
     def __enter__(self) -> "LaunchRecorder":
-        from mha.launch import LAUNCH_OBSERVERS  # toolchain only: after the pin check
-
-        LAUNCH_OBSERVERS.append(self)
+        # An older checkout's mha (a `perf measure --against` base, a bisect build) may predate
+        # the observers: it is timed all the same, and its results carry no code objects.
+        self.observers = getattr(importlib.import_module("mha.launch"), "LAUNCH_OBSERVERS", None)
+        if self.observers is not None:
+            self.observers.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        from mha.launch import LAUNCH_OBSERVERS  # toolchain only: after the pin check
-
-        LAUNCH_OBSERVERS.remove(self)
+        if self.observers is not None:
+            self.observers.remove(self)
 
 
 def code_object_sha256(kernel) -> str | None:

@@ -249,7 +249,7 @@ def test_perf_files_load_with_the_pipeline(pipeline_root, capsys):
 
 
 def test_plan_refuses_a_broken_pipeline(pipeline_root, capsys):
-    _edit(pipeline_root, "archs.yaml", "workers: 1", "workerz: 1")
+    _edit(pipeline_root, "archs.yaml", "\n    workers: ", "\n    workerz: ")     # the first arch's key
     assert main(["--root", str(pipeline_root), "plan"]) == 2
     assert "did you mean 'workers'" in _error(capsys)
 

@@ -104,3 +104,26 @@ def test_whole_payload_on_cpu_with_sdpa(tmp_path, torch_python):
     # the dump reproduces the document's stats with the orchestrating side's code
     again = perf_from_dump(json.loads((tmp_path / "d.json").read_text()))
     assert [r["stats"] for r in again["results"]] == [r["stats"] for r in doc["results"]]
+
+
+def test_launch_recorder_times_an_mha_that_predates_the_observers(monkeypatch):
+    """A bisect build or an --against base may be older than mha.launch.LAUNCH_OBSERVERS: the
+    recorder must let it run (recording nothing) rather than fail the payload."""
+    import sys
+    import types
+
+    from mha_ci.payloads.perf import LaunchRecorder
+
+    old_launch = types.ModuleType("mha.launch")
+    monkeypatch.setitem(sys.modules, "mha", types.ModuleType("mha"))
+    monkeypatch.setitem(sys.modules, "mha.launch", old_launch)
+    with LaunchRecorder() as recorder:
+        pass
+    assert recorder.hashes == {}
+
+    new_launch = types.ModuleType("mha.launch")
+    new_launch.LAUNCH_OBSERVERS = []
+    monkeypatch.setitem(sys.modules, "mha.launch", new_launch)
+    with LaunchRecorder() as recorder:
+        assert new_launch.LAUNCH_OBSERVERS == [recorder]
+    assert new_launch.LAUNCH_OBSERVERS == []
