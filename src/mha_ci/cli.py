@@ -8,17 +8,20 @@ one line naming the exception, and the traceback in a file (mha_ci.crash).
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import tempfile
 from pathlib import Path
 from typing import NoReturn
 
+from mha_ci.commands import bisect, checksums, containers, export, perf, plan, run, tune, validate
 from mha_ci.crash import on_sigterm, report_crash
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError, interruption
 from mha_ci.files import storage_failure
 
-COMMANDS = ("validate", "plan", "run", "perf", "checksums", "tune", "export", "containers")
+COMMANDS = (validate, plan, run, perf, checksums, tune, export, containers)
+# Subcommands with a module of their own, registered under their command's table here: commands
+# never import each other.
+NESTED = {perf: (bisect,)}
 OUT_IS_A_FILE = ("merge", "combine")      # `perf merge/combine --out FILE`; every other --out is a folder
 
 
@@ -57,8 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mha-ci", description="Plan and run the jobs that guard the mha kernels.")
     parser.add_argument("--root", type=Path, default=None, help="checkout root (default: found from the current folder)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in COMMANDS:
-        importlib.import_module(f"mha_ci.commands.{name}").register(sub)
+    for command in COMMANDS:
+        table = command.register(sub)
+        for nested in NESTED.get(command, ()):
+            nested.register(table)
     return parser
 
 

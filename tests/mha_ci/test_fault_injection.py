@@ -232,7 +232,8 @@ def test_sigterm_kills_the_payload_and_the_run_says_interrupted(repo_root, tmp_p
     _write(fake_root / "src" / "mha_ci" / "payloads" / "sleeper.py", SLEEPER)
     payload_out = tmp_path / "payload"
 
-    def sleeping_job(job, pipeline, executor, out_dir):
+    def sleeping_job(job, ctx):
+        pipeline = ctx.pipeline
         run = PayloadRun(module="sleeper", args=(), toolchain=pipeline.toolchains[job.toolchain],
                          arch=pipeline.archs[job.arch], out_dir=payload_out)
         run_python_payload(sys.executable, run, fake_root, executor="host")
@@ -336,7 +337,7 @@ def test_ctrl_c_mid_job_leaves_an_interrupted_run_not_a_green_one(repo_root, tmp
     """Ctrl-C during a job (a venv build, a payload): results.json is not left at "running, exit 0"."""
     from mha_ci.jobs import runner
 
-    def interrupted_build(job, pipeline, executor, out_dir):
+    def interrupted_build(job, ctx):
         raise KeyboardInterrupt
 
     runner.register("correctness", interrupted_build)

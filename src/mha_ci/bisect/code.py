@@ -21,6 +21,8 @@ from typing import Callable
 
 from mha_ci.bisect.commits import Commit
 from mha_ci.errors import EnvironmentProblem
+from mha_ci.perf.base_checkout import materialise
+from mha_ci.tune.plan import compile_candidates
 
 PASS_KERNELS = {"fwd": ("fwd",), "bwd": ("bwd_preprocess", "bwd_dkdv", "bwd_dq")}
 CONFIG_PASS = {"fwd": "forward", "bwd": "backward"}
@@ -86,9 +88,6 @@ def compiler(root: Path, pipeline, arch: str, toolchain: str, items: list[dict],
     """The real CodeObjectsFn: the commit's kernel package materialised beside the working tree's
     harness (mha_ci.perf.base_checkout) under OUT/checkouts, compiled into OUT/cpu/<sha>.
     `make_executor(root)` gives the executor for a checkout folder."""
-    from mha_ci.perf.base_checkout import materialise
-    from mha_ci.tune.plan import compile_candidates
-
     def code_objects(commit: Commit) -> dict[str, str]:
         checkout = Path(out) / "checkouts" / commit.sha[:12]
         materialise(root, commit.sha, checkout)

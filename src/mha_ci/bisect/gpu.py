@@ -15,6 +15,10 @@ from typing import Callable
 
 from mha_ci.bisect.search import Step
 from mha_ci.files import write_atomic
+from mha_ci.perf.base_checkout import materialise
+from mha_ci.perf.compare import compare
+from mha_ci.perf.config import against_policy
+from mha_ci.perf.measure import measure_against, write_inputs
 
 Measurer = Callable[[str], Step]      # a build's first commit -> its step against good
 
@@ -49,16 +53,11 @@ def measurer(root: Path, pipeline, arch: str, toolchain: str, good: str, keys: l
     """The real Measurer: both sides materialised under OUT/checkouts (the working tree's harness,
     each commit's kernel package), measured into OUT/gpu/<commit>. `make_executor(root)` gives
     the executor for a checkout folder."""
-    from mha_ci.perf.base_checkout import materialise
-    from mha_ci.perf.compare import compare
-    from mha_ci.perf.config import against_policy, load_perf_file
-    from mha_ci.perf.measure import measure_against, write_inputs
-
-    policy = against_policy(load_perf_file(root))
+    policy = against_policy(pipeline.perf)
 
     def measure(commit: str) -> Step:
         rel = f"gpu/{commit[:12]}"
-        write_inputs(root, Path(out) / rel, "full", keys)
+        write_inputs(pipeline, Path(out) / rel, "full", keys)
         sides = []
         for sha in (good, commit):
             checkout = Path(out) / "checkouts" / sha[:12]

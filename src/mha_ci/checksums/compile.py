@@ -26,9 +26,11 @@ Why each setting:
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hashlib
 import importlib
+import multiprocessing
 import os
 import re
 import shutil
@@ -114,7 +116,7 @@ def prepare_environment(targets, triton_cache: str | None = None) -> dict:
 
 def amd_needs_external_linker() -> bool:
     """Triton >= 3.5 links hsaco in-process (amd.link_hsaco); 3.4 shells out to ld.lld."""
-    from triton._C.libtriton import amd
+    from triton._C.libtriton import amd  # toolchain only (absent where mha-ci orchestrates)
     return not hasattr(amd, "link_hsaco")
 
 
@@ -162,7 +164,7 @@ class AlignedStandIn:
 
 
 def backend_class(target: CompileTarget):
-    from triton.backends import backends
+    from triton.backends import backends  # toolchain only (absent where mha-ci orchestrates)
     for entry in backends.values():
         if entry.compiler.supports_target(_gpu_target(target)):
             return entry.compiler
@@ -180,7 +182,7 @@ def specialization_desc(backend, kind: str, value) -> str:
 
 
 def _gpu_target(target: CompileTarget):
-    from triton.backends.compiler import GPUTarget
+    from triton.backends.compiler import GPUTarget  # toolchain only (absent where mha-ci orchestrates)
     return GPUTarget(target.backend, target.arch, target.warp_size)
 
 
@@ -239,8 +241,8 @@ def compile_task(task: CompileTask, keep_binary: Path | None = None) -> CompileR
     """One compile; errors become a result with `error` set (the caller reports them all)."""
     started = time.monotonic()
     try:
-        import triton
-        from triton.compiler import ASTSource
+        import triton  # toolchain only (absent where mha-ci orchestrates)
+        from triton.compiler import ASTSource  # toolchain only (absent where mha-ci orchestrates)
 
         fn = importlib.import_module(task.module)
         for part in task.qualname.split("."):
@@ -294,8 +296,6 @@ def compile_all(tasks: list[CompileTask], jobs: int, progress=None) -> list[Comp
             if progress:
                 progress(out[-1])
         return out
-    import concurrent.futures
-    import multiprocessing
 
     cache_root = os.environ.get("TRITON_CACHE_DIR") or tempfile.mkdtemp(prefix="mha-ci-triton-cache-")
     Path(cache_root).mkdir(parents=True, exist_ok=True)

@@ -140,7 +140,7 @@ def code_only(source: str) -> str:
 
 def _jit_callees(fn) -> list:
     """@triton.jit functions `fn` calls by a global name (or module.attr), one level."""
-    from triton.runtime.jit import JITFunction
+    from triton.runtime.jit import JITFunction  # toolchain only (absent where mha-ci orchestrates)
     found: list = []
     try:
         tree = ast.parse(fn.src)

@@ -13,8 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mha_ci.commands.run import add_pins_option, check_pins_option
+from mha_ci.bisect import code, gpu, session
+from mha_ci.cache import cache_root
+from mha_ci.commands.options import add_pins_option, check_pins_option
 from mha_ci.errors import ConfigError
+from mha_ci.executors import make_executor
+from mha_ci.model.loader import load_pipeline
+from mha_ci.perf.measure import selected_workloads
 
 
 def register(cmds) -> None:
@@ -38,12 +43,6 @@ def register(cmds) -> None:
 
 
 def cmd_bisect(args) -> int:
-    from mha_ci.bisect import code, gpu, session
-    from mha_ci.cache import cache_root
-    from mha_ci.executors import make_executor
-    from mha_ci.model.loader import load_pipeline
-    from mha_ci.perf.measure import selected_workloads
-
     check_pins_option(args)
     pipeline = load_pipeline(args.root)
     if args.arch not in pipeline.archs:
@@ -56,7 +55,7 @@ def cmd_bisect(args) -> int:
                           key="--toolchain")
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError("--jobs must be at least 1", key="--jobs")
-    _, workloads = selected_workloads(args.root, "full", args.shape)
+    workloads = selected_workloads(pipeline, "full", args.shape)
     workloads = [w for w in workloads if args.pass_ in (None, w.shape.pass_)]
     if not workloads:
         raise ConfigError(f"no {args.pass_} shape matches {', '.join(args.shape)}", key="--pass")

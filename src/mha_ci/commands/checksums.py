@@ -24,8 +24,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from mha_ci.checksums import verify as checksums_job
 from mha_ci.errors import ConfigError, ExitCode
+from mha_ci.executors import make_executor
+from mha_ci.model.loader import load_pipeline
 from mha_ci.model.types import Toolchain
+from mha_ci.model.yaml_source import closest
 
 ACTIONS = ("compute", "verify", "update")
 HOST = "host"
@@ -60,7 +64,6 @@ def host_toolchain(root: Path) -> Toolchain:
 
 
 def resolve(pipeline, args) -> tuple[list[Toolchain], list]:
-    from mha_ci.model.yaml_source import closest
     names = _split(args.toolchain) or list(pipeline.toolchains)
     toolchains = []
     for name in names:
@@ -83,10 +86,6 @@ def resolve(pipeline, args) -> tuple[list[Toolchain], list]:
 
 
 def handle(args) -> int:
-    from mha_ci.checksums import verify as checksums_job
-    from mha_ci.executors import make_executor
-    from mha_ci.model.loader import load_pipeline
-
     pipeline = load_pipeline(args.root)
     toolchains, archs = resolve(pipeline, args)
     out_dir = (args.out if args.out is not None else args.root / "out").resolve()

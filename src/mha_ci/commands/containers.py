@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import time
 
+from mha_ci.containers.engine import connect, ensure_image, in_registry, push
 from mha_ci.containers.images import LOCAL_REGISTRY, ImageSpec, discover, registry
 from mha_ci.errors import ConfigError, ExitCode
+from mha_ci.model.loader import load_pipeline
 
 
 def register(sub) -> None:
@@ -39,8 +41,6 @@ def register(sub) -> None:
 
 
 def selected(args) -> list[ImageSpec]:
-    from mha_ci.model.loader import load_pipeline
-
     specs = discover(load_pipeline(args.root).toolchains.values())
     platforms = args.platform or ([] if args.all or args.toolchain else ["cpu"])
     if args.toolchain:
@@ -60,7 +60,6 @@ def handle(args) -> int:
         for spec in specs:   # computed without docker: what the plan job computes
             print(spec.reference())
         return ExitCode.OK
-    from mha_ci.containers.engine import connect, ensure_image, in_registry, push
 
     client = connect()
     for spec in specs:

@@ -27,13 +27,32 @@ import datetime as dt
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
-from mha_ci.commands.run import add_pins_option, check_pins_option
+from mha_ci.cache import cache_root
+from mha_ci.commands.options import add_pins_option, check_pins_option, local_devices
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
+from mha_ci.executors import make_executor
+from mha_ci.model.loader import load_pipeline
+from mha_ci.perf import calibrate, history_report, report
+from mha_ci.perf.base_checkout import materialise, resolve
+from mha_ci.perf.combine import combine
+from mha_ci.perf.compare import compare
+from mha_ci.perf.config import against_policy, calibration_bars, gate_policy
+from mha_ci.perf.document import load_perf, merge_perf, write_json
+from mha_ci.perf.history import history
+from mha_ci.perf.measure import (measure_against, measure_interleaved, measure_lockstep, measure_repeated,
+                                 refresh_measurers, selected_workloads, write_inputs)
+from mha_ci.perf.provenance import git_commit
+from mha_ci.perf.workloads import shapes_document
+from mha_ci.refresh.branch import uncommitted, untracked
+from mha_ci.refresh.core import refresh
+from mha_ci.refresh.measured_code import SOURCE_PATHS, code_mismatch
 
 
-def register(sub) -> None:
+def register(sub):
+    """Add `perf` and its subcommands; returns its subcommand table (cli.py adds `perf bisect` there)."""
     perf = sub.add_parser("perf", help="perf workloads, measurement and gate",
                           description="Measure the workload shapes and gate them against stored baselines.")
     cmds = perf.add_subparsers(dest="perf_command", required=True, parser_class=type(perf))
@@ -131,24 +150,18 @@ def register(sub) -> None:
                    help="folder for index.html, history.md, history.json, overview.png, shapes/*.png")
     p.set_defaults(handler=cmd_history)
 
-    from mha_ci.commands import bisect
-    bisect.register(cmds)
+    return cmds
 
 
 # handlers ----------------------------------------------------------------------------------
 
 def cmd_shapes(args) -> int:
-    from collections import Counter
-
-    from mha_ci.perf.measure import selected_workloads, write_inputs
-
-    _, workloads = selected_workloads(args.root, args.subset, args.shape)
+    pipeline = load_pipeline(args.root)
+    workloads = selected_workloads(pipeline, args.subset, args.shape)
     if args.out:
-        shapes, method, count = write_inputs(args.root, args.out, args.subset, args.shape)
+        shapes, method, count = write_inputs(pipeline, args.out, args.subset, args.shape)
         print(f"wrote {shapes} ({count} shapes) and {method}", file=sys.stderr)
     if args.format == "json":
-        from mha_ci.perf.workloads import shapes_document
-
         print(json.dumps(shapes_document(workloads, args.subset), indent=1))
         return ExitCode.OK
     for w in workloads:
@@ -164,12 +177,6 @@ def cmd_shapes(args) -> int:
 
 
 def cmd_measure(args) -> int:
-    from mha_ci.executors import make_executor
-    from mha_ci.model.loader import load_pipeline
-    from mha_ci.perf.compare import compare
-    from mha_ci.perf.config import gate_policy, load_perf_file
-    from mha_ci.perf.measure import measure_interleaved, measure_lockstep, measure_repeated, write_inputs
-
     check_pins_option(args)
     pipeline = load_pipeline(args.root)
     toolchain = args.toolchain or _golden(pipeline)
@@ -178,7 +185,7 @@ def cmd_measure(args) -> int:
     if args.against:
         return _measure_against(args, pipeline, toolchain, arch, out_dir)
     rel = f"perf-{arch}-{toolchain}" + (f"-vs-{args.interleave}" if args.interleave else "")
-    _, _, count = write_inputs(args.root, out_dir / rel, args.subset, args.shape)
+    _, _, count = write_inputs(pipeline, out_dir / rel, args.subset, args.shape)
     executor = make_executor(args.executor, args.root, pin_mode=args.pins)
     print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}"
           + (f" interleaved with {args.interleave} " + (f"in {args.chunks} chunks" if args.chunks else "per shape")
@@ -198,14 +205,12 @@ def cmd_measure(args) -> int:
     else:
         docs = measure_interleaved(executor, pipeline, (toolchain, args.interleave), arch, out_dir, rel,
                                    args.chunks, kernel=args.kernel)
-    return _report(compare(docs[toolchain], docs[args.interleave], gate_policy(load_perf_file(args.root)),
+    return _report(compare(docs[toolchain], docs[args.interleave], gate_policy(pipeline.perf),
                            cross_toolchain=True), out_dir / rel)
 
 
 def _report(comparison, folder: Path) -> int:
     """An interleaved measurement's verdict: the reports in `folder`, the text on stdout."""
-    from mha_ci.perf import report
-
     paths = report.write_all(comparison, folder)
     print(report.text(comparison), end="")
     print(f"mha-ci perf: reports in {paths['html'].parent}", file=sys.stderr)
@@ -214,14 +219,6 @@ def _report(comparison, folder: Path) -> int:
 
 def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -> int:
     """`measure --against REF`: base (REF's kernel) and head (the working tree's) interleaved."""
-    from mha_ci.executors import make_executor
-    from mha_ci.cache import cache_root
-    from mha_ci.perf.base_checkout import materialise, resolve
-    from mha_ci.perf.compare import compare
-    from mha_ci.perf.config import against_policy, load_perf_file
-    from mha_ci.perf.measure import measure_against, write_inputs
-    from mha_ci.perf.provenance import git_commit
-
     for option, value in (("--interleave", args.interleave), ("--chunks", args.chunks)):
         if value is not None:
             raise ConfigError(f"{option} and --against are two different comparisons; pass one", key=option)
@@ -229,7 +226,7 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
         raise ConfigError("--repeat is not supported with --against (one interleaved run per call)", key="--repeat")
     sha = resolve(args.root, args.against)
     rel = f"perf-{arch}-{toolchain}-against-{sha[:12]}"
-    _, _, count = write_inputs(args.root, out_dir / rel, args.subset, args.shape)
+    _, _, count = write_inputs(pipeline, out_dir / rel, args.subset, args.shape)
     base_root = out_dir / rel / "base-checkout"
     materialise(args.root, sha, base_root)
     # One venv (or image) for both sides: the toolchain is the same, only the kernel differs.
@@ -239,17 +236,12 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
     print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}: the kernel of "
           f"{args.against} ({sha[:12]}) and of the working tree, taking turns per shape", file=sys.stderr)
     docs = measure_against(executors, (sha, head), pipeline, toolchain, arch, out_dir, rel, kernel=args.kernel)
-    return _report(compare(docs["base"], docs["head"], against_policy(load_perf_file(args.root))), out_dir / rel)
+    return _report(compare(docs["base"], docs["head"], against_policy(pipeline.perf)), out_dir / rel)
 
 
 def cmd_compare(args) -> int:
-    from mha_ci.perf import report
-    from mha_ci.perf.compare import compare
-    from mha_ci.perf.config import gate_policy, load_perf_file
-    from mha_ci.perf.document import load_perf
-
     comparison = compare(load_perf(args.baseline), load_perf(args.candidate),
-                         gate_policy(load_perf_file(args.root)), cross_toolchain=args.cross_toolchain)
+                         gate_policy(load_pipeline(args.root).perf), cross_toolchain=args.cross_toolchain)
     if args.format == "json":
         print(json.dumps(comparison.to_dict(), indent=1))
     elif args.format == "md":
@@ -265,11 +257,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from mha_ci.perf import calibrate
-    from mha_ci.perf.config import against_policy, calibration_bars, gate_policy, load_perf_file
-    from mha_ci.perf.document import load_perf, write_json
-
-    spec = load_perf_file(args.root)
+    spec = load_pipeline(args.root).perf
     planted = load_perf(args.planted) if args.planted else None
     if planted is not None and not any(e.get("planted_pct") for e in planted["results"]):
         raise ConfigError("no shape of this run was planted: measure it with MHA_PERF_PLANT_SLOWDOWN=<pct> "
@@ -300,11 +288,7 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_combine(args) -> int:
-    from mha_ci.perf.combine import combine
-    from mha_ci.perf.config import gate_policy, load_perf_file
-    from mha_ci.perf.document import load_perf, write_json
-
-    policy = gate_policy(load_perf_file(args.root))
+    policy = gate_policy(load_pipeline(args.root).perf)
     doc = combine([load_perf(p) for p in args.runs], names=[str(p) for p in args.runs],
                   max_noise_pct=policy.invalid_noise_pct)
     write_json(args.out, doc)
@@ -315,8 +299,6 @@ def cmd_combine(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    from mha_ci.perf.document import load_perf, merge_perf, write_json
-
     merged = merge_perf([load_perf(p) for p in args.chunks])
     write_json(args.out, merged)
     print(f"mha-ci perf: {len(merged['results'])} shapes from {len(args.chunks)} chunks -> {args.out}", file=sys.stderr)
@@ -324,9 +306,6 @@ def cmd_merge(args) -> int:
 
 
 def cmd_refresh(args) -> int:
-    from mha_ci.model.loader import load_pipeline
-    from mha_ci.refresh.core import refresh
-
     check_pins_option(args)
     pipeline = load_pipeline(args.root)
     out_dir = (args.out or args.root / "out" / "refresh").resolve()
@@ -355,9 +334,6 @@ def cmd_refresh(args) -> int:
 
 
 def cmd_history(args) -> int:
-    from mha_ci.perf import history_report
-    from mha_ci.perf.history import history
-
     h = history(args.root, args.arch, args.toolchain, args.shape, args.pass_, args.rev)
     paths = history_report.write_all(h, args.out)
     print(history_report.markdown(h), end="")
@@ -369,8 +345,6 @@ def cmd_history(args) -> int:
 
 def _refuse_other_code(args, arch: str) -> None:
     """A measurement file stands for HEAD's baseline only if it timed HEAD's code objects."""
-    from mha_ci.refresh.measured_code import code_mismatch
-
     for name, path in _pairs(args.measurement, "--measurement"):
         why = code_mismatch(args.root, _read_json(path), name, arch)
         if why:
@@ -379,11 +353,6 @@ def _refuse_other_code(args, arch: str) -> None:
 
 def _measured_here(args, pipeline, arch: str, out_dir: Path):
     """The measure and re-measure functions of a refresh that measures HEAD on this machine."""
-    from mha_ci.executors import make_executor
-    from mha_ci.perf.measure import refresh_measurers
-    from mha_ci.refresh.branch import uncommitted, untracked
-    from mha_ci.refresh.measured_code import SOURCE_PATHS
-
     # A baseline is stored as the measurement of HEAD: measuring other code would misattribute it.
     changed = uncommitted(args.root) + untracked(args.root, SOURCE_PATHS)
     if changed:
@@ -452,9 +421,8 @@ def _golden(pipeline) -> str:
 
 
 def _local_arch(pipeline) -> str:
-    from mha_ci.executors.devices import available_devices
 
-    devices = available_devices()
+    devices = local_devices()
     archs = [a.name for a in pipeline.archs.values() if a.device != "none" and a.device in devices]
     if len(archs) == 1:
         return archs[0]

@@ -3,13 +3,11 @@ job of the matrix with why not (see mha_ci.plan.policy for the rules)."""
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 
+from mha_ci.commands.options import add_changed_options, event_from_args
 from mha_ci.model.loader import load_pipeline
-from mha_ci.model.types import Event
-from mha_ci.plan.events import build_event, label_warnings
-from mha_ci.plan.local_changes import local_changes
+from mha_ci.plan.events import label_warnings
 from mha_ci.plan.policy import plan
 from mha_ci.plan.render import plan_to_json_text, plan_to_text
 
@@ -23,30 +21,6 @@ def register(sub) -> None:
                    help="pull_request | push | schedule | manual (workflow_dispatch); default: from the payload, else pull_request")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(handler=_handler)
-
-
-def add_changed_options(parser) -> None:
-    """--changed-files and --all, shared by `plan` and `run`."""
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--changed-files", type=Path, default=None, metavar="FILE",
-                       help="changed paths, one a line (default without --github-event: from git, against the "
-                            "default branch; every path when there is nothing to compare against)")
-    group.add_argument("--all", dest="all_paths", action="store_true",
-                       help="every path counts as changed (the full pipeline of the event)")
-
-
-def event_from_args(args) -> tuple[Event, str | None]:
-    """The event of `plan` / `run` and, when its changed paths were decided here rather than
-    given (--all, or git), a one-line note saying how. Event payloads without --changed-files keep
-    their paths unknown (every path changed), as CI's push and manual runs expect."""
-    event = build_event(kind=args.event, github_event=args.github_event,
-                        changed_files=args.changed_files, labels=args.labels)
-    if args.all_paths:
-        return replace(event, changed_files=None), "changed files: every path counts as changed (--all)"
-    if args.changed_files is not None or args.github_event is not None:
-        return event, None
-    changes = local_changes(args.root)
-    return replace(event, changed_files=changes.paths), changes.note
 
 
 def _handler(args) -> int:

@@ -11,25 +11,29 @@ that does not exist is a usage error (exit 2) naming the closest one.
 A job whose arch needs a device this machine does not have is never dropped silently: it is
 listed as "not run: needs a <arch> device" in the output and in summary.md/results.json. It
 fails the run (exit 3) only when it was asked for by name with --job.
+
+The run's options (jobs.context.RunOptions) come from the flags and from MHA_CI_PERF_SUBSET,
+MHA_CI_PERF_REPEAT and MHA_CI_JOB_TIMEOUT (commands.options.run_options); jobs read only them.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from mha_ci.commands.plan import add_changed_options
+from mha_ci.commands.options import (EXECUTORS, add_changed_options, add_pins_option, check_pins_option,
+                                     event_from_args, local_devices, run_options)
 from mha_ci.errors import ConfigError
 from mha_ci.executors import make_executor
 from mha_ci.files import exclusive_folder
-from mha_ci.executors.devices import available_devices
-from mha_ci.jobs.correctness.job import narrowed
+from mha_ci.jobs.context import JobContext
 from mha_ci.jobs.runner import NotRun, run_jobs
+from mha_ci.model.loader import load_pipeline
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import PlannedJob
 from mha_ci.model.yaml_source import closest
 from mha_ci.plan.events import label_warnings
-
-EXECUTORS = ("venv", "docker", "host")
+from mha_ci.plan.matrix import runnable_jobs
+from mha_ci.plan.policy import plan
 DEVICE_WORDS = {"amd-gpu": "AMD GPU (/dev/kfd)", "nvidia-gpu": "NVIDIA GPU (/dev/nvidia0 or nvidia-smi)"}
 
 
@@ -52,11 +56,8 @@ def register(sub) -> None:
 
 
 def handle(args) -> int:
-    from mha_ci.commands.plan import event_from_args
-    from mha_ci.model.loader import load_pipeline
-    from mha_ci.plan.policy import plan
-
     check_pins_option(args)
+    options = run_options(args)
     pipeline = load_pipeline(args.root)
     event, note = event_from_args(args)
     if note:
@@ -65,15 +66,16 @@ def handle(args) -> int:
         print(f"mha-ci: warning: {warning}", file=sys.stderr)
     the_plan = plan(pipeline, event)
     jobs = select_jobs(pipeline, the_plan, args.jobs)
-    runnable, not_run = split_by_device(pipeline, jobs, available_devices(), requested=bool(args.jobs))
+    runnable, not_run = split_by_device(pipeline, jobs, local_devices(), requested=bool(args.jobs))
     out_dir = (args.out if args.out is not None else args.root / "out").resolve()
     for entry in not_run:
         print(f"mha-ci: {entry.id}: not run: {entry.reason}", file=sys.stderr)
-    executor = make_executor(args.executor, args.root, pin_mode=args.pins)
+    executor = make_executor(args.executor, args.root, pin_mode=options.pins)
     skipped = [] if args.jobs else list(the_plan.skipped)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with exclusive_folder(out_dir, "--out"), narrowed(args.select or ()):
-        report = run_jobs(runnable, pipeline, executor, out_dir, not_run=not_run, skipped=skipped)
+    with exclusive_folder(out_dir, "--out"):
+        report = run_jobs(runnable, JobContext(pipeline, executor, out_dir, options), not_run=not_run,
+                          skipped=skipped)
     print(f"mha-ci: {len(report.results)} job(s) ran, {len(not_run)} not run; "
           f"summary: {out_dir / 'summary.md'}; exit {report.exit_code}", file=sys.stderr)
     return report.exit_code
@@ -82,8 +84,6 @@ def handle(args) -> int:
 def select_jobs(pipeline: Pipeline, the_plan, requested: list[str] | None) -> list[PlannedJob]:
     if not requested:
         return list(the_plan.jobs)
-    from mha_ci.plan.matrix import runnable_jobs
-
     planned = {p.job.id: p for p in the_plan.jobs}
     why_not = {s.id: s.reason for s in the_plan.skipped}
     every = {job.id: job for job in runnable_jobs(pipeline)}
@@ -115,16 +115,3 @@ def split_by_device(pipeline: Pipeline, jobs: list[PlannedJob], devices: frozens
             not_run.append(NotRun(planned.job.id, f"needs a {arch.name} device (no {what} on this machine)",
                                   requested=requested))
     return runnable, not_run
-
-
-def add_pins_option(parser) -> None:
-    parser.add_argument("--pins", choices=("enforce", "record"), default="enforce",
-                        help="enforce (default): a payload whose versions differ from the lock stops with exit 3; "
-                             "record (host executor only): run what is installed, record every mismatch and "
-                             "mark every result unpinned (a GPU host that cannot install the locks)")
-
-
-def check_pins_option(args) -> None:
-    if args.pins == "record" and args.executor != "host":
-        raise ConfigError(f"--pins record needs --executor host: the {args.executor} executor installs the "
-                          "lock itself, so its pins always hold", key="--pins")

@@ -19,12 +19,17 @@ its verify or correctness gate, 2 bad options or files, 3 no device, a pin misma
 """
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from pathlib import Path
 
-from mha_ci.commands.run import add_pins_option, check_pins_option
+from mha_ci.commands.options import add_pins_option, check_pins_option
 from mha_ci.errors import ConfigError, ExitCode
+from mha_ci.executors import make_executor
+from mha_ci.model.loader import load_pipeline
+from mha_ci.perf.measure import selected_workloads
+from mha_ci.tune import outdir, plan as plan_mod, proposal, rules, session, targets
 
 
 def register(sub) -> None:
@@ -63,9 +68,6 @@ def register(sub) -> None:
 def handle(args) -> int:
     if args.action == "propose":
         return _propose(args)
-    from mha_ci.executors import make_executor
-    from mha_ci.model.loader import load_pipeline
-    from mha_ci.tune import plan as plan_mod
 
     if not args.arch or not args.toolchain:
         raise ConfigError("tune needs --arch and --toolchain", key="--arch" if not args.arch else "--toolchain")
@@ -80,21 +82,14 @@ def handle(args) -> int:
     print(f"mha-ci tune: plan in {out / 'plan.json'} ({time.monotonic() - started:.1f} s)", file=sys.stderr)
     if args.dry_run:
         return ExitCode.OK
-    from mha_ci.tune import session
 
     return session.gpu_phases(args, pipeline, executor, out, plan, deadline=time.time() + args.budget_s)
 
 
 def _plan(args, pipeline, executor, out: Path) -> dict:
     """Reuse OUT/plan.json when it was made for the same question and config file; else build it."""
-    import hashlib
-
-    from mha_ci.perf.measure import selected_workloads
-    from mha_ci.tune import outdir, rules, targets
-    from mha_ci.tune import plan as plan_mod
-
     report = targets.read_report(args.from_report) if args.from_report else None
-    _, workloads = selected_workloads(args.root, "full")
+    workloads = selected_workloads(pipeline, "full")
     chosen = targets.choose([w.to_dict() for w in workloads], args.bucket, report, args.pass_)
     if not chosen:
         raise ConfigError(f"nothing to tune: no bucket selected (the report has no {args.pass_} regression?)",
@@ -112,9 +107,7 @@ def _plan(args, pipeline, executor, out: Path) -> dict:
 
 
 def _propose(args) -> int:
-    from mha_ci.tune import proposal
-
     if args.from_dir is None:
         raise ConfigError("tune propose needs --from DIR (the --out of a tune run)", key="--from")
-    return proposal.propose(args.root, args.from_dir.resolve(), branch=args.branch,
+    return proposal.propose(load_pipeline(args.root), args.from_dir.resolve(), branch=args.branch,
                             executor_name=args.executor or "venv")

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,8 +92,6 @@ class BuildContext:
 def assemble(spec: ImageSpec, log=print) -> BuildContext:
     """Write the context folder for `spec`; the wheelhouse is reused while install.lock and the
     target Python are unchanged (a stamp file records what it was downloaded for)."""
-    import time
-
     install = install_lock_text(spec)
     key = hashlib.sha256(f"{spec.python_version}\0{install}".encode()).hexdigest()[:16]
     ctx = contexts_dir(spec) / f"{spec.toolchain}-{spec.platform}"

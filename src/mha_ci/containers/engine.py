@@ -25,7 +25,7 @@ LABEL_CONTENT_DIGEST = "mha-ci.content-digest"
 def connect():
     """A docker client, or EnvironmentProblem (exit 3) saying how to start the daemon."""
     try:
-        import docker
+        import docker  # optional: the docker SDK
     except ImportError as e:
         raise EnvironmentProblem("the docker executor needs the `docker` Python package "
                                  "(pip install -r requirements-dev.lock)") from e
@@ -60,7 +60,7 @@ class BuiltImage:
 
 
 def base_image(client, spec: ImageSpec):
-    import docker.errors
+    import docker.errors  # optional: the docker SDK
 
     ref = spec.base_image
     try:
@@ -126,7 +126,7 @@ def digest_mismatch(image, spec: ImageSpec) -> str | None:
 
 
 def _existing(client, tag: str):
-    import docker.errors
+    import docker.errors  # optional: the docker SDK
 
     try:
         return client.images.get(tag)
@@ -152,7 +152,7 @@ def _here_or_pulled(client, spec: ImageSpec, reference: str, log):
 def pull(client, reference: str, log=print):
     """The image `reference` pulled from its registry, or None when the registry lacks it.
     An unreachable registry is an EnvironmentProblem: 'not there' and 'cannot ask' differ."""
-    import docker.errors
+    import docker.errors  # optional: the docker SDK
 
     try:
         log(f"pulling {reference}")
@@ -165,7 +165,7 @@ def pull(client, reference: str, log=print):
 
 def in_registry(client, reference: str) -> bool:
     """Whether the registry holds `reference` (asks the registry, downloads nothing)."""
-    import docker.errors
+    import docker.errors  # optional: the docker SDK
 
     try:
         client.images.get_registry_data(reference)
@@ -178,7 +178,7 @@ def in_registry(client, reference: str) -> bool:
 
 def _not_in_registry(error) -> bool:
     """A registry's 'no such image' (NotFound, or an APIError saying so), not a failure to ask."""
-    import docker.errors
+    import docker.errors  # optional: the docker SDK
 
     text = str(error)
     return (isinstance(error, docker.errors.NotFound) or "manifest unknown" in text

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from mha_ci.errors import EnvironmentProblem
 from mha_ci.executors.base import Executor
+from mha_ci.executors.host import HostExecutor
+from mha_ci.executors.venv import VenvExecutor
 
 
 def make_executor(name: str, root: Path, *, cache: Path | None = None, pin_mode: str = "enforce") -> Executor:
@@ -13,10 +15,8 @@ def make_executor(name: str, root: Path, *, cache: Path | None = None, pin_mode:
     `cache`: where the venv executor keeps its venvs, when not under `root` (a base checkout
     made for `perf measure --against` shares the working tree's). `pin_mode`: host only."""
     if name == "venv":
-        from mha_ci.executors.venv import VenvExecutor
         return VenvExecutor(root, cache=cache)
     if name == "host":
-        from mha_ci.executors.host import HostExecutor
         return HostExecutor(root, pin_mode=pin_mode)
     try:
         module = importlib.import_module("mha_ci.executors.docker")   # needs the docker SDK: lazily

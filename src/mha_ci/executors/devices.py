@@ -2,16 +2,15 @@
 
 "none" is always there (the interpreter and compile-only jobs). AMD GPUs show up as /dev/kfd
 (the ROCm kernel driver, which containers are given too); NVIDIA GPUs as /dev/nvidia0, or
-through `nvidia-smi -L` where device nodes are not visible. MHA_CI_ASSUME_DEVICES (comma list,
-e.g. "amd-gpu,nvidia-gpu", or "none") replaces detection: for tests, and for a machine whose
-GPUs the checks cannot see.
+through `nvidia-smi -L` where device nodes are not visible. An assumed list (the command line
+passes $MHA_CI_ASSUME_DEVICES: a comma list, e.g. "amd-gpu,nvidia-gpu", or "none") replaces
+detection: for tests, and for a machine whose GPUs the checks cannot see.
 
 Detection says "an AMD GPU", not "a gfx950": a gfx942 runner would be offered a gfx950 job.
 CI runners are chosen by their labels (archs.yaml runner_labels), so this matters only locally.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,8 +18,7 @@ from pathlib import Path
 ASSUME_ENV = "MHA_CI_ASSUME_DEVICES"
 
 
-def available_devices() -> frozenset[str]:
-    assumed = os.environ.get(ASSUME_ENV)
+def available_devices(assumed: str | None = None) -> frozenset[str]:
     if assumed is not None:
         return frozenset({"none"} | {d.strip() for d in assumed.split(",") if d.strip()})
     found = {"none"}

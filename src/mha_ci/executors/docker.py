@@ -59,7 +59,7 @@ def device_options(arch: Arch) -> dict:
         return {"devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
                 "group_add": ["video"], "security_opt": ["seccomp=unconfined"]}
     if arch.device == "nvidia-gpu":
-        import docker.types
+        import docker.types  # optional: the docker SDK
         return {"device_requests": [docker.types.DeviceRequest(count=-1,
                                                                capabilities=[["gpu"]])]}
     if arch.device == "none":
@@ -150,8 +150,8 @@ class DockerExecutor(Executor):
                       "base_image": image.base_ref, "base_digest": image.base_digest,
                       "docker_server": self.client.version().get("Version")}
 
-        import docker.errors
-        import requests.exceptions
+        import docker.errors  # optional: the docker SDK
+        import requests.exceptions  # optional: the docker SDK
 
         name = f"mha-ci-{payload.module}-{uuid.uuid4().hex[:10]}"
         command = ["python3", "-m", f"mha_ci.payloads.{payload.module}", *payload.args]

@@ -1,6 +1,6 @@
 """Job kinds (correctness, perf, checksums, ...) and the result every kind hands back.
 
-A job kind is a function `run_job(job, pipeline, executor, out_dir) -> JobResult` (see
+A job kind is a function `run_job(job, ctx) -> JobResult`, ctx a jobs.context.JobContext (see
 mha_ci.jobs.runner for how kinds are found). This module holds only the result type, so that
 job modules of every kind can import it without importing each other.
 """

@@ -8,14 +8,14 @@ from pathlib import Path
 
 from mha_ci.checksums.verify import compile_archs, compute, judge, write_verdict
 from mha_ci.errors import EnvironmentProblem, ExitCode
-from mha_ci.executors.base import Executor
 from mha_ci.jobs import JobResult
-from mha_ci.model.pipeline import Pipeline
+from mha_ci.jobs.context import JobContext
 from mha_ci.model.types import Job
 
 
-def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> JobResult:
+def run_job(job: Job, ctx: JobContext) -> JobResult:
     """Runner entry for kind "checksums": verify one toolchain on every arch with a compile target."""
+    pipeline, executor, out_dir = ctx.pipeline, ctx.executor, ctx.out_dir
     toolchain = pipeline.toolchains.get(job.toolchain)
     if toolchain is None:
         raise EnvironmentProblem(f"toolchain {job.toolchain} is not in the pipeline")

@@ -6,36 +6,30 @@ mha_ci.perf.compare; the reports (compare.{json,md,txt,png,html}) go next to the
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 from mha_ci.baselines import perf_baseline
-from mha_ci.errors import ConfigError, ExitCode
-from mha_ci.executors.base import Executor
+from mha_ci.errors import ExitCode
 from mha_ci.jobs import JobResult
-from mha_ci.model.pipeline import Pipeline
+from mha_ci.jobs.context import JobContext
 from mha_ci.model.types import Job
 from mha_ci.perf import report
 from mha_ci.perf.compare import compare
-from mha_ci.perf.config import gate_policy, load_perf_file
+from mha_ci.perf.config import gate_policy
 from mha_ci.perf.document import load_perf
 from mha_ci.perf.measure import measure_repeated, write_inputs
 
 
-def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> JobResult:
-    """perf-<arch>-<toolchain>: measure (subset from $MHA_CI_PERF_SUBSET, default full; each
-    measurement repeated $MHA_CI_PERF_REPEAT times, default 1) and gate against
-    perf_baselines/<arch>/<toolchain>.json."""
+def run_job(job: Job, ctx: JobContext) -> JobResult:
+    """perf-<arch>-<toolchain>: measure (the run options' subset, each measurement repeated
+    `perf_repeat` times) and gate against perf_baselines/<arch>/<toolchain>.json."""
     started = time.monotonic()
-    subset = os.environ.get("MHA_CI_PERF_SUBSET", "full")
+    pipeline, executor, out_dir = ctx.pipeline, ctx.executor, ctx.out_dir
+    subset, repeat = ctx.options.perf_subset, ctx.options.perf_repeat
     rel = f"jobs/{job.id}"
     job_dir = Path(out_dir) / rel
-    _, _, count = write_inputs(pipeline.root, job_dir, subset)
-    try:
-        repeat = int(os.environ.get("MHA_CI_PERF_REPEAT", "1"))
-    except ValueError:
-        raise ConfigError(f"MHA_CI_PERF_REPEAT={os.environ['MHA_CI_PERF_REPEAT']!r} is not a whole number") from None
+    _, _, count = write_inputs(pipeline, job_dir, subset)
     candidate = measure_repeated(executor, pipeline, job.toolchain, job.arch, out_dir, rel, repeat, log_prefix=job.id)
     measured = time.monotonic() - started
     result = JobResult(job_id=job.id, kind=job.kind, verdict="fail", exit_code=ExitCode.GATE_FAILED,
@@ -46,7 +40,7 @@ def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> 
         result.message = (f"no baseline {base_file.relative_to(pipeline.root)}: nothing to gate against "
                           f"(the nightly refresh, or `mha-ci perf refresh`, stores one)")
         return result
-    comparison = compare(load_perf(base_file), candidate, gate_policy(load_perf_file(pipeline.root)))
+    comparison = compare(load_perf(base_file), candidate, gate_policy(pipeline.perf))
     paths = report.write_all(comparison, job_dir)
     result.artifacts += [str(p.relative_to(out_dir)) for p in paths.values()]
     prov = candidate["provenance"]

@@ -4,13 +4,15 @@ The job-kind contract
 --------------------
 A job kind is a function
 
-    run_job(job: model.types.Job, pipeline: model.pipeline.Pipeline,
-            executor: executors.base.Executor, out_dir: pathlib.Path) -> jobs.JobResult
+    run_job(job: model.types.Job, ctx: jobs.context.JobContext) -> jobs.JobResult
 
-- `out_dir` is the run's output folder (`mha-ci run --out`). Write your files under
+- `ctx` holds the pipeline, the executor, the run's output folder and the run's options
+  (jobs.context.RunOptions: --select, the perf subset and repeats, timeouts, pins). Read
+  settings from there, never from the environment: only the command line fills them.
+- `ctx.out_dir` is the run's output folder (`mha-ci run --out`). Write your files under
   `out_dir / "jobs" / job.id` (and shared folders such as `junit/` where a format wants
   them); list them, relative to out_dir, in JobResult.artifacts.
-- Run toolchain code only through `executor.run(PayloadRun(...))` with `out_dir=out_dir`, and
+- Run toolchain code only through `ctx.executor.run(PayloadRun(...))` with `out_dir=out_dir`, and
   give payload file arguments relative to it ($MHA_CI_OUT inside the payload, see
   mha_ci.payloads), so the job behaves the same under venv, docker and host.
 - Return verdict "pass" (exit_code 0) or "fail" (exit_code 1, a gate failed) with a one-line
@@ -44,19 +46,20 @@ from typing import Callable, Sequence, TextIO
 
 import mha_ci
 from mha_ci.errors import ExitCode, MhaCiError, interruption
-from mha_ci.executors.base import Executor
 from mha_ci.files import storage_failure, write_atomic
 from mha_ci.jobs import JobResult
 from mha_ci.jobs import checksums as checksums_kind
 from mha_ci.jobs import perf as perf_kind
 from mha_ci.jobs import refresh as refresh_kind
+from mha_ci.jobs.context import JobContext
 from mha_ci.jobs.correctness import job as correctness_kind
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Job, PlannedJob, SkippedJob
+from mha_ci.reports import summary
 
 RESULTS_SCHEMA = "mha-ci.results/1"
 
-JobRunner = Callable[[Job, Pipeline, Executor, Path], JobResult]
+JobRunner = Callable[[Job, JobContext], JobResult]
 
 KIND_RUNNERS: dict[str, JobRunner] = {
     "correctness": correctness_kind.run_job,
@@ -145,12 +148,12 @@ def overall_exit_code(results: list[JobResult], not_run: Sequence[NotRun] = ()) 
     return int(ExitCode.OK)
 
 
-def run_job(planned: PlannedJob, pipeline: Pipeline, executor: Executor, out_dir: Path) -> JobResult:
+def run_job(planned: PlannedJob, ctx: JobContext) -> JobResult:
     """One job, never raising: every failure becomes a JobResult the reports can show."""
     job = planned.job
     started = time.monotonic()
     try:
-        result = runner_for(job.kind)(job, pipeline, executor, out_dir)
+        result = runner_for(job.kind)(job, ctx)
     except MhaCiError as exc:
         result = JobResult(job_id=job.id, kind=job.kind, verdict="error", exit_code=int(exc.exit_code), message=str(exc))
     except Exception as exc:  # a bug in a job kind must not lose the other jobs' results
@@ -165,50 +168,48 @@ def run_job(planned: PlannedJob, pipeline: Pipeline, executor: Executor, out_dir
     return result
 
 
-def run_jobs(jobs: list[PlannedJob], pipeline: Pipeline, executor: Executor, out_dir: Path, *,
-             not_run: Sequence[NotRun] = (), skipped: Sequence[SkippedJob] = (), provenance: dict | None = None,
+def run_jobs(jobs: list[PlannedJob], ctx: JobContext, *, not_run: Sequence[NotRun] = (),
+             skipped: Sequence[SkippedJob] = (), provenance: dict | None = None,
              stream: TextIO | None = None) -> RunReport:
-    from mha_ci.reports import summary   # reports import jobs; imported here to keep that one-way
-
     stream = stream or sys.stderr
+    out_dir, executor = ctx.out_dir, ctx.executor
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "junit").mkdir(exist_ok=True)
     report = RunReport(out_dir=out_dir, executor=executor.name, not_run=list(not_run), skipped=list(skipped),
-                       provenance=provenance or run_provenance(pipeline, executor.name, executor.pin_mode),
+                       provenance=provenance or run_provenance(ctx.pipeline, executor.name, executor.pin_mode),
                        pending=[p.job.id for p in jobs])
-    write_reports(report, summary)
+    write_reports(report)
     try:
-        _run_in_turn(jobs, pipeline, executor, report, stream, summary)
+        _run_in_turn(jobs, ctx, report, stream)
     except KeyboardInterrupt as exc:
         report.interrupted = interruption(exc)
-        write_reports(report, summary)
+        write_reports(report)
         stream.write(f"mha-ci: interrupted by {report.interrupted[0]}; {len(report.pending)} job(s) without a "
                      "verdict\n")
         raise
     return report
 
 
-def _run_in_turn(jobs: list[PlannedJob], pipeline: Pipeline, executor: Executor, report: RunReport, stream: TextIO,
-                 summary) -> None:
+def _run_in_turn(jobs: list[PlannedJob], ctx: JobContext, report: RunReport, stream: TextIO) -> None:
     out_dir = report.out_dir
     for position, planned in enumerate(jobs, start=1):
         stream.write(f"mha-ci: [{position}/{len(jobs)}] {planned.job.id} ({planned.reason})\n")
         stream.flush()
-        result = run_job(planned, pipeline, executor, out_dir)
+        result = run_job(planned, ctx)
         report.results.append(result)
         report.pending.remove(planned.job.id)
         job_dir = out_dir / "jobs" / result.job_id
         job_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(job_dir / "result.json", json.dumps(result.to_json(), indent=2) + "\n")
-        write_reports(report, summary)
+        write_reports(report)
         stream.write(f"mha-ci: {result.job_id}: {result.verdict.upper()} in {result.timings.get('total', 0):.1f} s"
                      f"{' - ' + result.message if result.message else ''}\n")
         stream.flush()
 
 
-def write_reports(report: RunReport, summary_module) -> None:
+def write_reports(report: RunReport) -> None:
     write_atomic(report.out_dir / "results.json", json.dumps(report.to_json(), indent=2) + "\n")
-    write_atomic(report.out_dir / "summary.md", summary_module.render(report.to_json()))
+    write_atomic(report.out_dir / "summary.md", summary.render(report.to_json()))
 
 
 def run_provenance(pipeline: Pipeline, executor: str, pin_mode: str = "enforce") -> dict:

@@ -3,44 +3,29 @@
 Each file is checked against its schema first (model.schema, through yaml_source so errors name
 file:line, key path and the closest valid key), then against the other files: every arch,
 toolchain and job kind one file names must exist where it is defined, and every toolchain's lock
-file must exist and pin torch and triton. All problems are ConfigErrors (exit 2).
-
-Files owned by other parts of the runner (pipelines/perf.yaml, pipelines/workloads.yaml, ...)
-are validated by functions those parts register with `register_file_validator`; `validate_all`
-imports the modules listed in VALIDATOR_MODULES so they can register. A pipelines/*.yaml that
-nobody validates is an error: a file the runner ignores would be configuration that does nothing.
+file must exist and pin torch and triton, and every shape key perf.yaml names must be one of
+workloads.yaml's. All problems are ConfigErrors (exit 2). A pipelines/*.yaml that is not one of
+PIPELINE_FILES is an error: a file the runner ignores would be configuration that does nothing.
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import Any, Callable, Generic, Iterable, Sequence
-
+from typing import Any, Generic, Iterable, Sequence
 
 from mha_ci.errors import ConfigError
 from mha_ci.model import schema
 from mha_ci.model.lockfile import normalise, read_pins
+from mha_ci.model.perf_schema import PERF_FILE, WORKLOADS_FILE, PerfFile, WorkloadsFile
 from mha_ci.model.pipeline import (ARCH_PLACEHOLDER, EventRules, KindMatrix, LabelRule, PathRule,
                                    Pipeline, Selection, Triggers)
 from mha_ci.model.types import (EVENT_KINDS, JOB_KINDS, Arch, KnownFailure, PlatformEnvironment, ResourceLimits,
                                 Toolchain)
 from mha_ci.model.yaml_source import M, closest, line_of, load_yaml, validate
+from mha_ci.perf.workloads import generate
 
-PIPELINE_FILES = ("toolchains.yaml", "archs.yaml", "jobs.yaml", "triggers.yaml", "known_failures.yaml")
+PIPELINE_FILES = ("toolchains.yaml", "archs.yaml", "jobs.yaml", "triggers.yaml", "known_failures.yaml",
+                  PERF_FILE, WORKLOADS_FILE)
 REQUIRED_PINS = ("torch", "triton")          # what every payload imports; pincheck compares them
-
-# filename -> fn(path, root); raises ConfigError. Filled by register_file_validator.
-FileValidator = Callable[[Path, Path], Any]
-_FILE_VALIDATORS: dict[str, FileValidator] = {}
-# Modules that register validators for the pipelines files they own; imported when present.
-VALIDATOR_MODULES = ("mha_ci.perf.config",)
-
-
-def register_file_validator(filename: str, fn: FileValidator) -> None:
-    """Make `mha-ci validate` check pipelines/<filename> with fn(path, root)."""
-    if filename in PIPELINE_FILES:
-        raise ValueError(f"{filename} is validated by load_pipeline")
-    _FILE_VALIDATORS[filename] = fn
 
 
 # -- loading ---------------------------------------------------------------------------------
@@ -79,8 +64,9 @@ def load_pipeline(root: Path) -> Pipeline:
     known = _load_known_failures(_Source(root, "known_failures.yaml", schema.KnownFailuresFile),
                                  tuple(archs), tuple(toolchains))
     shards = {name: spec.correctness_shards for name, spec in archs_source.spec.archs.items()}
+    perf, workloads = _load_perf(_Source(root, PERF_FILE, PerfFile), _Source(root, WORKLOADS_FILE, WorkloadsFile))
     return Pipeline(root=root, toolchains=toolchains, archs=archs, known_failures=known, kinds=kinds,
-                    events=events, triggers=triggers, correctness_shards=shards)
+                    events=events, triggers=triggers, correctness_shards=shards, perf=perf, workloads=workloads)
 
 
 def _load_toolchains(source: _Source[schema.ToolchainsFile], root: Path) -> dict[str, Toolchain]:
@@ -228,29 +214,25 @@ def _load_known_failures(source: _Source[schema.KnownFailuresFile], arch_names: 
     return tuple(failures)
 
 
+def _load_perf(perf: _Source[PerfFile], workloads: _Source[WorkloadsFile]) -> tuple[PerfFile, WorkloadsFile]:
+    """perf.yaml and workloads.yaml; the shapes perf.yaml's subset always keeps must exist."""
+    keys = {w.key for w in generate(workloads.spec)}
+    for index, key in enumerate(perf.spec.subset.always):
+        if key not in keys:
+            loc = ("subset", "always", index)
+            raise ConfigError(f"subset / always / {index}: '{key}' is not a workload shape key", file=str(perf.path),
+                              line=line_of(perf.raw, loc), key="always", suggestion=closest(key, keys))
+    return perf.spec, workloads.spec
+
+
 # -- mha-ci validate -------------------------------------------------------------------------
-
-def _import_validator_modules() -> None:
-    for module in VALIDATOR_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            # Only "that module is not there yet" is fine; a broken import inside it is not.
-            if exc.name is None or not module.startswith(exc.name):
-                raise
-
-
-def known_files() -> tuple[str, ...]:
-    _import_validator_modules()
-    return PIPELINE_FILES + tuple(sorted(_FILE_VALIDATORS))
-
 
 def validate_all(root: Path, files: Sequence[Path] | None = None) -> list[Path]:
     """Validate the given pipeline files (default: every pipelines/*.yaml under root); returns
     the files checked. A file's checkout root is the parent of its folder, so the files it refers
-    to (archs.yaml, the lock files) are looked up next to it. The five files load_pipeline reads
-    are always validated together: each refers to the others."""
-    known = known_files()
+    to (archs.yaml, the lock files) are looked up next to it. The files load_pipeline reads are
+    always validated together: each refers to the others."""
+    known = PIPELINE_FILES
     if files is None:
         folder = Path(root) / "pipelines"
         if not folder.is_dir():
@@ -269,10 +251,7 @@ def validate_all(root: Path, files: Sequence[Path] | None = None) -> list[Path]:
     loaded_roots: set[Path] = set()
     for path in files:
         file_root = path.parent.parent
-        if path.name in PIPELINE_FILES:
-            if file_root not in loaded_roots:
-                load_pipeline(file_root)
-                loaded_roots.add(file_root)
-        else:
-            _FILE_VALIDATORS[path.name](path, file_root)
+        if file_root not in loaded_roots:
+            load_pipeline(file_root)
+            loaded_roots.add(file_root)
     return files

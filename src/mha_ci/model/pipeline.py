@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mha_ci.model.perf_schema import PerfFile, WorkloadsFile
 from mha_ci.model.types import Arch, KnownFailure, Toolchain
 
 ARCH_PLACEHOLDER = "{arch}"     # in triggers.yaml path patterns: each arch of the rule in turn
@@ -83,6 +84,8 @@ class Pipeline:
     events: dict[str, EventRules]
     triggers: Triggers
     correctness_shards: dict[str, int]          # arch -> shards (Arch has no field for it yet)
+    perf: PerfFile                              # perf.yaml: method, gate, subset (mha_ci.perf.config)
+    workloads: WorkloadsFile                    # workloads.yaml: the sources of the perf shapes
 
     def shards(self, arch: str) -> int:
         return self.correctness_shards[arch]

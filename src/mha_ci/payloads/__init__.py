@@ -17,6 +17,7 @@ toolchain environments do not have).
 """
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Callable
 
@@ -39,7 +40,6 @@ def run_guarded(label: str, action: Callable[[], int]) -> int:
         if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in ("triton", "torch"):
             print(f"{label}: the toolchain lacks what it needs: {exc}", file=sys.stderr, flush=True)
             return EXIT_ENVIRONMENT
-        import traceback
         traceback.print_exc()
         print(f"{label}: no result: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return EXIT_NO_RESULT

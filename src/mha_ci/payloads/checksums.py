@@ -20,6 +20,7 @@ processes, each with its own empty Triton cache and no use of our cache; all thr
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -27,14 +28,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 os.environ["TRITON_DISABLE_LINE_INFO"] = "1"   # before anything imports triton (docs/facts.md: the line-info path leak)
 
-from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_OK, EXIT_USAGE, out_path, run_guarded  # noqa: E402
-
-if TYPE_CHECKING:
-    from mha_ci.checksums.compile import CompileTarget
+from mha_ci.checksums.cache import CompileCache, cache_key, file_digest, tree_digest
+from mha_ci.checksums.compile import (CompileTarget, ToolchainEnvironmentError, cleanup_triton_cache, compile_all,
+                                      compile_task, prepare_environment)
+from mha_ci.checksums.records import CodeObjectFile, CodeObjectRecord, dump, error_summary
+from mha_ci.checksums.variants import closest_keys, enumerate_variants
+from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_OK, EXIT_USAGE, out_path, pincheck, run_guarded
 
 SAMPLE_PREFERENCE = ("/forward/", "fp16-d128-causal")
 MAX_FAILURES_SHOWN = 5
@@ -42,7 +44,6 @@ CLOSEST_SHOWN = 3
 
 
 def _targets(values: list[str]) -> list[tuple[str, CompileTarget]]:
-    from mha_ci.checksums.compile import CompileTarget
     out = []
     for value in values:
         arch, _, spec = value.partition("=")
@@ -55,7 +56,6 @@ def _log(message: str) -> None:
 
 
 def _toolchain_info(args, package_dir: Path) -> dict:
-    from mha_ci.payloads import pincheck
     spec = json.loads(os.environ.get("MHA_CI_PINS", '{"toolchain": "unnamed", "pins": {}}'))
     found = pincheck.versions(dict(spec.get("pins", {})))
     info = {"name": spec.get("toolchain", "unnamed"), "lock_sha256": args.lock_sha256 or None,
@@ -68,7 +68,6 @@ def _shared_limits(values: list[str]) -> dict[str, int]:
 
 
 def _variants(targets, package: str, only: str | None, shared_limits: dict[str, int] | None = None):
-    from mha_ci.checksums.variants import enumerate_variants
     key_filter = (lambda key: only in key) if only else None
     out = []
     for arch, target in targets:
@@ -79,8 +78,6 @@ def _variants(targets, package: str, only: str | None, shared_limits: dict[str, 
 def _no_match(args, targets, toolchain: dict) -> int:
     """`--only` matched nothing: say so with the closest keys, write a file without records
     (where the orchestrating side reads them) and exit 2."""
-    from mha_ci.checksums.records import CodeObjectFile, dump
-    from mha_ci.checksums.variants import closest_keys
     closest = closest_keys(args.only, [v.key for v in _variants(targets, args.package, None)], CLOSEST_SHOWN)
     print(f"checksums: no variant matches --only {args.only!r}"
           + (f"; closest keys: {', '.join(closest)}" if closest else ""), file=sys.stderr, flush=True)
@@ -90,7 +87,6 @@ def _no_match(args, targets, toolchain: dict) -> int:
 
 
 def _package_dir(package: str) -> Path:
-    import importlib
     package_file = importlib.import_module(package).__file__
     if package_file is None:
         raise RuntimeError(f"{package} is a namespace package: no sources to hash and compile")
@@ -98,11 +94,6 @@ def _package_dir(package: str) -> Path:
 
 
 def compute(args) -> int:
-    from mha_ci.checksums.cache import CompileCache, cache_key, file_digest, tree_digest
-    from mha_ci.checksums.compile import ToolchainEnvironmentError, cleanup_triton_cache, prepare_environment
-    from mha_ci.checksums.records import CodeObjectFile, dump
-    from mha_ci.payloads import pincheck
-
     # 1. the environment: pins, one Triton cache, the targets' compilers
     pincheck.enforce()
     started = time.monotonic()
@@ -112,8 +103,7 @@ def compute(args) -> int:
     except ToolchainEnvironmentError as exc:
         print(f"checksums: environment error: {exc}", file=sys.stderr, flush=True)
         return EXIT_ENVIRONMENT
-    import importlib
-    import triton
+    import triton  # toolchain only: after the pin check
     package_dir = _package_dir(args.package)
     toolchain = _toolchain_info(args, package_dir)
     toolchain["triton"] = triton.__version__
@@ -177,8 +167,6 @@ def compute(args) -> int:
 
 def _compile(todo: list, jobs: int, results: dict[str, dict], cache, keys: dict[str, str], since: float) -> None:
     """Compile `todo` on `jobs` processes into `results` (key -> entry), caching each entry as it lands."""
-    from mha_ci.checksums.compile import compile_all
-    from mha_ci.checksums.records import error_summary
     done = [0]
     failed: list[str] = []
     last = [time.monotonic()]
@@ -210,7 +198,6 @@ def _compile(todo: list, jobs: int, results: dict[str, dict], cache, keys: dict[
 def _records(variants: list, results: dict[str, dict]) -> tuple[list, list[dict], list[dict]]:
     """The code-object record of each variant that compiled, {key, error} of each that did not
     (logged by cause), and {key, arch, value, limit} of each refused over the shared memory limit."""
-    from mha_ci.checksums.records import CodeObjectRecord, error_summary
     records, errors, refused = [], [], []
     for variant in variants:
         entry = results[variant.key]
@@ -289,7 +276,6 @@ def check_determinism(args, records, variants) -> dict:
 
 
 def sample(args) -> int:
-    from mha_ci.checksums.compile import compile_task, prepare_environment
     targets = _targets(args.target)
     prepare_environment([t for _, t in targets])        # a fresh Triton cache of its own
     wanted = set(args.keys.split(","))

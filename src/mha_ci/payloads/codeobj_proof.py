@@ -25,6 +25,8 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from mha_ci.checksums.compile import CompileTarget, binary_name, compile_task
+from mha_ci.checksums.variants import enumerate_variants, identity_key, task_for_spec
 
 os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="mha-ci-proof-jit-")   # a real JIT compile, not a cached one
@@ -51,16 +53,14 @@ def main(argv=None) -> int:
                         help="skip the runtime call: only check variant lookup and AOT here == record (CPU check)")
     args = parser.parse_args(argv)
 
-    import torch
-    import triton
+    import torch  # toolchain only: after the pin check
+    import triton  # toolchain only: after the pin check
 
     if not args.no_gpu and not torch.cuda.is_available():
         print("codeobj proof: no GPU visible (torch.cuda.is_available() is False)", file=sys.stderr)
         return 3
-    import mha
-    from mha import launch
-    from mha_ci.checksums.compile import CompileTarget, binary_name, compile_task
-    from mha_ci.checksums.variants import enumerate_variants, identity_key, task_for_spec
+    import mha  # toolchain only: after the pin check
+    from mha import launch  # toolchain only: after the pin check
 
     device = "none (--no-gpu)" if args.no_gpu else torch.cuda.get_device_name()
     print(f"triton {triton.__version__}, torch {torch.__version__}, device {device}")

@@ -74,7 +74,7 @@ def _outcome(report) -> str | None:
 
 def collect(args: argparse.Namespace) -> int:
     versions = pincheck.enforce()
-    import pytest
+    import pytest  # toolchain only: after the pin check
 
     collector = _Collector()
     code = pytest.main(["--collect-only", "-qq", "-p", "no:cacheprovider", args.tests_dir], plugins=[collector])
@@ -94,7 +94,7 @@ def _gpus_given(variable: str) -> int:
     given = [d for d in os.environ.get(variable, "").split(",") if d.strip()]
     if given:
         return len(given)
-    import torch
+    import torch  # toolchain only: after the pin check
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -102,7 +102,7 @@ def _gpus_given(variable: str) -> int:
 def run(args: argparse.Namespace) -> int:
     pins = pincheck.enforce_report()
     versions = pins["versions"]
-    import pytest
+    import pytest  # toolchain only: after the pin check
 
     tests = [line.strip() for line in out_path(args.tests).read_text().splitlines() if line.strip()]
     junit = out_path(args.junit)

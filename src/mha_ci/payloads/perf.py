@@ -76,7 +76,7 @@ import sys
 import time
 from pathlib import Path
 
-from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_NO_RESULT, EXIT_OK, out_path
+from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_NO_RESULT, EXIT_OK, out_path, pincheck
 from mha_ci.perf import lockstep
 from mha_ci.perf import provenance as prov
 from mha_ci.perf.document import DISPATCHES_SCHEMA, SCHEMA, SHAPES_SCHEMA
@@ -126,7 +126,7 @@ def pass_of(shape: dict) -> str:
 
 def mha_forward(torch, shape: dict, inputs: dict):
     """The forward call of the kernel under test: mha.flash_attn_func / flash_attn_varlen_func."""
-    import mha
+    import mha  # toolchain only: after the pin check
 
     kw = dict(dropout_p=shape.get("dropout_p", 0.0), causal=shape["causal"],
               window_size=tuple(shape.get("window", (-1, -1))), sink=inputs["sink"])
@@ -140,7 +140,7 @@ def mha_forward(torch, shape: dict, inputs: dict):
 def sdpa_forward(torch, shape: dict, inputs: dict):
     """Sanity mode: torch SDPA on the same inputs (window and sink are ignored; varlen runs as
     the equivalent dense batch). Useful to check the harness on any machine, not the kernel."""
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # toolchain only: after the pin check
 
     b, sq, sk = shape["batch"], shape["sq"], shape["sk"]
     q = inputs["q"].reshape(b, sq, shape["hq"], -1).transpose(1, 2)
@@ -427,8 +427,6 @@ class Progress:
 
 def pin_report() -> dict:
     """pincheck.report(): pins enforced (exit 3) or recorded, as the executor asked."""
-    from mha_ci.payloads import pincheck
-
     if "MHA_CI_PINS" in os.environ:
         return pincheck.enforce_report()
     # Started by hand (e.g. on a GPU host with its own torch): versions recorded, not checked.
@@ -490,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
 def _measure_all(args, pins, shapes_doc, method, entries, lock) -> int:
     if lock is not None:
         lock.wait(0)
-    import torch
+    import torch  # toolchain only: after the pin check
 
     refused = _device_refused(torch, args)
     if refused:
@@ -599,7 +597,7 @@ def _measure_entry(torch, timer, args, method: Method, n: int, entry: dict, kern
 def _kernel_bucket_rule():
     """The kernel package's own bucket rule, recorded per result beside the mirrored one."""
     try:
-        from mha.config import select_bucket
+        from mha.config import select_bucket  # toolchain only: after the pin check
     except ImportError:
         return None
     return select_bucket

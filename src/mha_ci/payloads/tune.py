@@ -35,6 +35,7 @@ Exit: 0 results written, 3 no GPU or a pin mismatch, 4 nothing could be produced
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -43,7 +44,15 @@ from pathlib import Path
 
 os.environ.setdefault("TRITON_DISABLE_LINE_INFO", "1")   # as the checksums payload: line info leaks paths
 
-from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_OK, out_path, run_guarded  # noqa: E402
+from mha_ci.checksums.cache import CompileCache, cache_key, file_digest, tree_digest
+from mha_ci.checksums.compile import (CompileResult, CompileTarget, ToolchainEnvironmentError, compile_all,
+                                      prepare_environment)
+from mha_ci.checksums.variants import task_for_spec
+from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_OK, out_path, pincheck, run_guarded
+from mha_ci.payloads.perf import CudaTimer, WallTimer, backward_of, make_inputs, pass_of, pin_report
+from mha_ci.perf import provenance as prov
+from mha_ci.perf.shapes import CONFIG_PASS
+from mha_ci.perf.stats import Method, dispatches_per_rep, shape_stats
 
 CURRENT = "current"
 
@@ -65,14 +74,6 @@ PASS_KERNELS = {"forward": ("fwd",), "backward": ("bwd_dkdv", "bwd_dq")}
 
 
 def compile_mode(args) -> int:
-    import importlib
-
-    from mha_ci.checksums.cache import CompileCache, cache_key, file_digest, tree_digest
-    from mha_ci.checksums.compile import CompileResult, CompileTarget, ToolchainEnvironmentError, compile_all, \
-        prepare_environment
-    from mha_ci.checksums.variants import task_for_spec
-    from mha_ci.payloads import pincheck
-
     pincheck.enforce()
     request = json.loads(out_path(args.request).read_text())
     targets = {arch: CompileTarget.parse(text) for arch, text in request["targets"].items()}
@@ -81,7 +82,7 @@ def compile_mode(args) -> int:
     except ToolchainEnvironmentError as exc:
         print(f"tune: environment error: {exc}", file=sys.stderr, flush=True)
         return EXIT_ENVIRONMENT
-    import triton
+    import triton  # toolchain only: after the pin check
 
     launch = importlib.import_module("mha.launch")
     config_mod = importlib.import_module("mha.config")
@@ -142,7 +143,7 @@ def _forward(config: dict | None):
     """The forward factory (torch, shape, inputs) -> call, like the perf payload's mha_forward,
     with a config override."""
     def make(torch, shape: dict, inputs: dict):
-        import mha
+        import mha  # toolchain only: after the pin check
 
         kw = dict(dropout_p=shape.get("dropout_p", 0.0), causal=shape["causal"],
                   window_size=tuple(shape.get("window", (-1, -1))), sink=inputs["sink"], config=config)
@@ -158,9 +159,6 @@ def _forward(config: dict | None):
 def timed_call(torch, shape: dict, inputs: dict, config: dict | None):
     """The call the perf gate times for the shape's pass, with `config` (a bucket config of that
     pass, or None: the shipped file) overriding the kernels of that pass only."""
-    from mha_ci.payloads.perf import backward_of, pass_of
-    from mha_ci.perf.shapes import CONFIG_PASS
-
     forward = _forward({CONFIG_PASS[pass_of(shape)]: config} if config else None)
     make = backward_of(forward) if pass_of(shape) == "bwd" else forward
     return make(torch, shape, inputs)
@@ -203,9 +201,6 @@ def rep_order(ids: list[str], rep: int) -> list[str]:
 
 def time_shape(torch, timer, shape: dict, configs: dict, method, seed: int, device: str) -> dict:
     """Every config of `configs` (id -> override or None) timed in turns on one shape's inputs."""
-    from mha_ci.payloads.perf import make_inputs, pass_of
-    from mha_ci.perf.stats import dispatches_per_rep, shape_stats
-
     inputs = make_inputs(torch, shape, device, seed)
     backward = pass_of(shape) == "bwd"
     row: dict[str, dict] = {}
@@ -252,16 +247,12 @@ def time_shape(torch, timer, shape: dict, configs: dict, method, seed: int, devi
 
 
 def time_mode(args) -> int:
-    from mha_ci.payloads.perf import CudaTimer, WallTimer, pin_report
-    from mha_ci.perf import provenance as prov
-    from mha_ci.perf.stats import Method
-
     pins = pin_report()
     plan = json.loads(out_path(args.plan).read_text())
     method = Method.from_dict(json.loads(out_path(args.method).read_text()))
     results = out_path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
-    import torch
+    import torch  # toolchain only: after the pin check
 
     if args.device == "cuda" and not torch.cuda.is_available():
         _log("no CUDA/HIP device visible (use --device cpu for a harness check)")

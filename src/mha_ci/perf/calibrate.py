@@ -26,6 +26,7 @@ import statistics
 from dataclasses import dataclass
 
 from mha_ci.perf.compare import GatePolicy, ShapeVerdict, compare
+from mha_ci.perf.report import COLOURS, figure_png, pyplot
 from mha_ci.perf.shapes import pass_of_key
 
 
@@ -261,8 +262,6 @@ def plot_png(result: dict) -> bytes:
     the smallest slowdown the gate catches on them, drawn as the dashed band); a bar outside the
     band is a false call. Bottom, with a planted run: the slowdown each planted shape really got,
     green where the gate caught it, red where it did not, against the same kind of band."""
-    from mha_ci.perf.report import COLOURS, figure_png, pyplot
-
     plt = pyplot()
     planted = result.get("planted") if result.get("planted") and "refused" not in result["planted"] else None
     rows = 2 if planted else 1

@@ -42,6 +42,7 @@ from typing import TypeGuard
 
 from mha_ci.perf import comparable
 from mha_ci.perf.shapes import pass_of_key
+from mha_ci.perf.stats import stall_from_summary
 
 STATUSES = ("improvement", "ok", "regression", "invalid")
 
@@ -292,7 +293,6 @@ def _noise(stats) -> float | None:
 def _stall(stats, policy: GatePolicy) -> dict | None:
     if not isinstance(stats, dict):
         return None
-    from mha_ci.perf.stats import stall_from_summary
 
     return stats.get("stall") or stall_from_summary(stats, policy.stall_factor, policy.stall_min_excess_us)
 

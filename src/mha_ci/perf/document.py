@@ -24,6 +24,9 @@ from typing import TypeGuard
 
 from mha_ci.errors import ConfigError
 from mha_ci.files import read_capped
+from mha_ci.perf.buckets import bucket_of
+from mha_ci.perf.shapes import parse_key
+from mha_ci.perf.stats import Method, shape_stats
 
 SCHEMA = "mha-ci.perf/1"
 SHAPES_SCHEMA = "mha-ci.perf-shapes/1"
@@ -211,9 +214,6 @@ def perf_from_dump(dump: dict, shapes: dict[str, dict] | None = None, method=Non
     """A mha-ci.perf/1 document recomputed from a `--dump-dispatches` file (same stats code as
     the payload; pass another `method` to re-analyse with a different trim or stall factor).
     `shapes` maps key -> the shapes.json entry, to carry shape, bucket and tags along."""
-    from mha_ci.perf.shapes import parse_key
-    from mha_ci.perf.stats import Method, shape_stats
-
     if dump.get("schema") != DISPATCHES_SCHEMA:
         raise ConfigError(f"not a {DISPATCHES_SCHEMA} document (schema {dump.get('schema')!r})")
     method = method or Method.from_dict(dump["method"])
@@ -221,8 +221,6 @@ def perf_from_dump(dump: dict, shapes: dict[str, dict] | None = None, method=Non
     for item in dump["shapes"]:
         entry = dict((shapes or {}).get(item["key"]) or {})
         if not entry:
-            from mha_ci.perf.buckets import bucket_of
-
             shape = parse_key(item["key"])
             entry = {"shape": shape.to_dict(), "bucket": bucket_of(shape), "tags": []}
         entry.update(key=item["key"], stats=shape_stats(item["reps"], method).to_dict(), error=None)

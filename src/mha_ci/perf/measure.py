@@ -21,8 +21,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
+from mha_ci.executors.base import PayloadRun
 from mha_ci.model.pipeline import Pipeline
+from mha_ci.perf import lockstep
+from mha_ci.perf.combine import combine
+from mha_ci.perf.config import gate_policy, method
 from mha_ci.perf.document import load_perf, merge_perf, write_json
+from mha_ci.perf.workloads import Workload, filter_keys, generate, select_subset, shapes_document
 
 SUBSETS = ("pr", "full")
 # The full set is sized for ~10 minutes on an H200 (perf.yaml `measure`); the timeout leaves
@@ -30,33 +35,26 @@ SUBSETS = ("pr", "full")
 PAYLOAD_TIMEOUT_S = 3600.0
 
 
-def selected_workloads(root: Path, subset: str, keys: list[str] | None = None):
-    """(perf config, workloads) for a subset name: "pr" or "full", optionally key-filtered."""
-    from mha_ci.perf.config import validate_perf_files
-    from mha_ci.perf.workloads import filter_keys, generate, select_subset
-
+def selected_workloads(pipeline: Pipeline, subset: str, keys: list[str] | None = None) -> list[Workload]:
+    """The workloads of a subset name: "pr" or "full", optionally key-filtered."""
     if subset not in SUBSETS:
         raise ConfigError(f"unknown subset '{subset}'; known: {', '.join(SUBSETS)}", key="--subset")
-    perf, workloads_spec = validate_perf_files(root)
-    workloads = generate(workloads_spec)
+    workloads = generate(pipeline.workloads)
     if subset == "pr":
-        workloads = select_subset(workloads, perf.subset.size, perf.subset.always)
+        workloads = select_subset(workloads, pipeline.perf.subset.size, pipeline.perf.subset.always)
     if keys:
         workloads = filter_keys(workloads, keys)
         if not workloads:
             raise ConfigError(f"no workload shape matches {', '.join(keys)}", key="--shape")
-    return perf, workloads
+    return workloads
 
 
-def write_inputs(root: Path, folder: Path, subset: str, keys: list[str] | None = None) -> tuple[Path, Path, int]:
+def write_inputs(pipeline: Pipeline, folder: Path, subset: str, keys: list[str] | None = None) -> tuple[Path, Path, int]:
     """shapes.json and method.json for the payload; returns their paths and the shape count."""
-    from mha_ci.perf.config import method
-    from mha_ci.perf.workloads import shapes_document
-
-    perf, workloads = selected_workloads(root, subset, keys)
+    workloads = selected_workloads(pipeline, subset, keys)
     name = "custom" if keys else subset
     shapes = write_json(Path(folder) / "shapes.json", shapes_document(workloads, name))
-    meth = write_json(Path(folder) / "method.json", method(perf).to_dict())
+    meth = write_json(Path(folder) / "method.json", method(pipeline.perf).to_dict())
     return shapes, meth, len(workloads)
 
 
@@ -66,8 +64,6 @@ def run_payload(executor, pipeline: Pipeline, toolchain: str, arch: str, out_dir
                 plant: bool = True) -> dict:
     """Run the payload on out_dir/rel/{shapes,method}.json; returns the perf document. `plant`
     passes a planted slowdown (MHA_PERF_PLANT_*) of the environment on to it."""
-    from mha_ci.executors.base import PayloadRun
-
     if toolchain not in pipeline.toolchains:
         raise ConfigError(f"unknown toolchain '{toolchain}'; known: {', '.join(pipeline.toolchains)}", key="--toolchain")
     if arch not in pipeline.archs:
@@ -105,9 +101,6 @@ def measure_repeated(executor, pipeline: Pipeline, toolchain: str, arch: str, ou
     out_dir/rel/perf.json: per shape the median run and the spread between runs. Some shapes move
     by several per cent from one process to the next while their within-run noise stays far
     smaller (docs/perf-method.md): one process can land on either side."""
-    from mha_ci.perf.combine import combine
-    from mha_ci.perf.config import gate_policy, load_perf_file
-
     if repeat < 1:
         raise ConfigError("--repeat must be at least 1", key="--repeat")
     if repeat == 1:
@@ -116,7 +109,7 @@ def measure_repeated(executor, pipeline: Pipeline, toolchain: str, arch: str, ou
                         out_name=f"perf-run{i}.json", log_prefix=f"{log_prefix} run {i}/{repeat}")
             for i in range(1, repeat + 1)]
     doc = combine(runs, names=[f"run {i}" for i in range(1, repeat + 1)],
-                  max_noise_pct=gate_policy(load_perf_file(pipeline.root)).invalid_noise_pct)
+                  max_noise_pct=gate_policy(pipeline.perf).invalid_noise_pct)
     write_json(Path(out_dir) / rel / "perf.json", doc)
     return doc
 
@@ -167,8 +160,6 @@ def measure_against(executors: tuple, commits: tuple[str, str | None], pipeline:
 def _take_turns(sides: list, pipeline: Pipeline, arch: str, out_dir: Path, rel: str, kernel: str) -> dict[str, dict]:
     """Two payloads at once, roles a and b of one turn folder; sides are (name, executor,
     toolchain, out_name, extra_env). The first failure stops the other side too."""
-    from mha_ci.perf import lockstep
-
     folder = lockstep.prepare(Path(out_dir) / rel / "lockstep")
     with ThreadPoolExecutor(max_workers=2) as pool:
         # A planted slowdown is the change under test: it goes to the candidate (second) side only.
@@ -198,7 +189,7 @@ def refresh_measurers(executor, pipeline: Pipeline, out_dir: Path, rel_prefix: s
     document, and (Arch, Toolchain, keys, round) -> those shapes measured again in a new process,
     in their own folder beside the full run's."""
     def measure(arch, toolchain, rel: str, keys: list[str] | None, label: str) -> dict:
-        write_inputs(pipeline.root, Path(out_dir) / rel, "full", keys)
+        write_inputs(pipeline, Path(out_dir) / rel, "full", keys)
         return run_payload(executor, pipeline, toolchain.name, arch.name, out_dir, rel,
                            log_prefix=f"refresh {arch.name} {toolchain.name}{label}")
 

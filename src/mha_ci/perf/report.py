@@ -224,10 +224,10 @@ def markdown(c: Comparison) -> str:
 
 def pyplot():
     """matplotlib.pyplot on the file-only backend (CI has no display); imported on first plot."""
-    import matplotlib
+    import matplotlib  # optional, slow to import: plots only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional, slow to import: plots only
 
     return plt
 
@@ -251,7 +251,7 @@ def _plotted(verdicts: Iterable[ShapeVerdict]) -> list[tuple[ShapeVerdict, float
 def _panel(ax, plt, verdicts: list[ShapeVerdict], title: str) -> None:
     """One pass's bars: delta % per shape, sorted, coloured by status, its thresholds as a band,
     stalls and identical-code shapes marked."""
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # optional, slow to import: plots only
 
     plotted = _plotted(verdicts)
     shown = [v for v, _, _ in plotted]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from mha_ci.perf.buckets import bucket_of
+from mha_ci.perf.document import SHAPES_SCHEMA
 from mha_ci.perf.shapes import Shape
 
 SOURCES = ("model_shapes", "bench", "test")
@@ -163,7 +164,5 @@ def filter_keys(workloads: list[Workload], patterns: list[str]) -> list[Workload
 
 def shapes_document(workloads: list[Workload], subset: str) -> dict:
     """What `mha-ci perf shapes` writes and the payload reads (`--shapes`)."""
-    from mha_ci.perf.document import SHAPES_SCHEMA
-
     return {"schema": SHAPES_SCHEMA, "subset": subset, "count": len(workloads),
             "shapes": [w.to_dict() for w in workloads]}

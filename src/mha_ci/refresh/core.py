@@ -50,11 +50,13 @@ from typing import Callable, Mapping
 from mha_ci.baselines import code_objects, perf_baseline, test_durations
 from mha_ci.checksums.records import SCHEMA as CODEOBJ_SCHEMA
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
+from mha_ci.model.perf_schema import PerfFile
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Arch, Toolchain
 from mha_ci.perf import comparable
 from mha_ci.perf.combine import roll
 from mha_ci.perf.compare import Comparison, GatePolicy, compare
+from mha_ci.perf.config import gate_policy
 from mha_ci.perf.document import SCHEMA as PERF_SCHEMA
 from mha_ci.perf.document import check_perf, load_perf
 from mha_ci.refresh import branch as git_branch
@@ -94,10 +96,8 @@ class RefreshPolicy:
     remeasure_rounds: int = 2
 
     @classmethod
-    def from_pipelines(cls, root: Path) -> "RefreshPolicy":
-        from mha_ci.perf.config import gate_policy, load_perf_file
-
-        spec = load_perf_file(root)
+    def from_perf(cls, spec: PerfFile) -> "RefreshPolicy":
+        """pipelines/perf.yaml's `refresh` section with its gate (Pipeline.perf)."""
         return cls(max_noise_pct=spec.refresh.max_noise_pct, gate=gate_policy(spec),
                    history_runs=spec.refresh.history_runs, remeasure_rounds=spec.refresh.remeasure_rounds)
 
@@ -227,7 +227,7 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
     for name in names:
         if name not in pipeline.toolchains:
             raise ConfigError(f"unknown toolchain '{name}'; known: {', '.join(pipeline.toolchains)}")
-    policy = policy or RefreshPolicy.from_pipelines(root)
+    policy = policy or RefreshPolicy.from_perf(pipeline.perf)
     date = (today or _dt.datetime.now(_dt.timezone.utc).date()).isoformat()
     base_commit = git_branch.head_commit(root)
 

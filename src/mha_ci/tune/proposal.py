@@ -16,7 +16,16 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from mha_ci.cache import cache_root
+from mha_ci.checksums import verify as checksums_job
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
+from mha_ci.executors import make_executor
+from mha_ci.model.loader import load_pipeline
+from mha_ci.model.pipeline import Pipeline
+from mha_ci.perf import report
+from mha_ci.perf.compare import compare
+from mha_ci.perf.config import gate_policy
+from mha_ci.refresh.branch import commit_on_new_branch, head_commit
 from mha_ci.tune import outdir, session
 
 REPORT_DIR = "docs/records/{date}-tune-{arch}-{toolchain}"
@@ -73,11 +82,6 @@ def recovered(plan: dict, rows: dict) -> list[dict]:
 def records_for(root: Path, plan: dict, changed: dict, scratch: Path, executor_name: str) -> dict[str, bytes]:
     """perf_baselines/code_objects/<toolchain>.json of every toolchain, with the changed buckets'
     records recomputed from a detached worktree holding the new config."""
-    from mha_ci.checksums import verify as checksums_job
-    from mha_ci.executors import make_executor
-    from mha_ci.cache import cache_root
-    from mha_ci.model.loader import load_pipeline
-
     subprocess.run(["git", "-C", str(root), "worktree", "add", "--quiet", "--detach", str(scratch), "HEAD"],
                    check=True, capture_output=True)
     config = scratch / "src" / "mha" / "configs" / f"{plan['arch']}-MHA-DEFAULT.json"
@@ -97,11 +101,8 @@ def records_for(root: Path, plan: dict, changed: dict, scratch: Path, executor_n
     return files
 
 
-def propose(root: Path, out: Path, branch: str | None, executor_name: str) -> int:
-    from mha_ci.perf import report
-    from mha_ci.perf.compare import compare
-    from mha_ci.perf.config import gate_policy, load_perf_file
-    from mha_ci.refresh.branch import commit_on_new_branch, head_commit
+def propose(pipeline: Pipeline, out: Path, branch: str | None, executor_name: str) -> int:
+    root = pipeline.root
 
     plan, choices = outdir.read_json(out / "plan.json"), outdir.read_json(out / "choices.json")
     if not plan or choices is None:
@@ -117,7 +118,7 @@ def propose(root: Path, out: Path, branch: str | None, executor_name: str) -> in
         raise ProposalRefused(f"verify measured {len(rows)} of {len(verify_plan['shapes'])} shapes: run the GPU "
                               f"phase again with --out {out}")
     before, after = perf_documents(out, plan)
-    comparison = compare(before, after, gate_policy(load_perf_file(root)))
+    comparison = compare(before, after, gate_policy(pipeline.perf))
     check = outdir.read_json(out / "check" / "verdict.json")
     if comparison.gate_failed:
         raise ProposalRefused("the proposed config regresses shapes of the full set:\n" + report.text(comparison))

@@ -13,6 +13,7 @@ check   the correctness job of the arch and toolchain, narrowed to the attention
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +24,10 @@ from pathlib import Path
 from mha_ci import baselines
 from mha_ci.errors import EnvironmentProblem, ExitCode
 from mha_ci.executors.base import PayloadRun
+from mha_ci.model.perf_schema import PerfFile
+from mha_ci.perf.buckets import bucket_of
+from mha_ci.perf.config import gate_policy, method
+from mha_ci.perf.measure import selected_workloads
 from mha_ci.tune import outdir, select
 
 # The tests that exercise every bucket's forward and backward kernels on a GPU (the rest of the
@@ -36,10 +41,8 @@ def log(message: str) -> None:
     print(f"mha-ci tune: {message}", file=sys.stderr, flush=True)
 
 
-def _method(root: Path, seconds_per_shape: float) -> dict:
-    from mha_ci.perf.config import load_perf_file, method
-
-    data = method(load_perf_file(root)).to_dict()
+def _method(perf: PerfFile, seconds_per_shape: float) -> dict:
+    data = method(perf).to_dict()
     data["max_seconds_per_shape"] = seconds_per_shape
     return data
 
@@ -70,7 +73,7 @@ def timed_candidates(bucket: dict, max_candidates: int) -> dict:
 
 
 def time_buckets(args, pipeline, executor, out: Path, plan: dict, deadline: float) -> None:
-    outdir.write_json(out / "timing" / "method.json", _method(args.root, args.seconds_per_shape))
+    outdir.write_json(out / "timing" / "method.json", _method(pipeline.perf, args.seconds_per_shape))
     for bucket in plan["buckets"]:
         if time.time() >= deadline:
             log(f"budget reached before timing {bucket['bucket']}")
@@ -86,11 +89,9 @@ def time_buckets(args, pipeline, executor, out: Path, plan: dict, deadline: floa
         _run_time_payload(executor, pipeline, plan, rel, out, deadline)
 
 
-def choose(root: Path, out: Path, plan: dict, max_candidates: int) -> dict:
+def choose(perf: PerfFile, out: Path, plan: dict, max_candidates: int) -> dict:
     """Per bucket: the ranked scores and the choice; written to OUT/choices.json."""
-    from mha_ci.perf.config import gate_policy, load_perf_file
-
-    floor = gate_policy(load_perf_file(root)).floor_pct
+    floor = gate_policy(perf).floor_pct
     result = {}
     for bucket in plan["buckets"]:
         rows = list(outdir.latest_rows(out / "timing" / bucket["bucket"] / "results.jsonl").values())
@@ -110,13 +111,10 @@ def choose(root: Path, out: Path, plan: dict, max_candidates: int) -> dict:
 
 def verify(args, pipeline, executor, out: Path, plan: dict, choices: dict, deadline: float) -> bool:
     """Time current vs chosen on the full set's shapes of the changed buckets; True when done."""
-    from mha_ci.perf.measure import selected_workloads
-    from mha_ci.perf.buckets import bucket_of
-
     changed = {b: c["config"] for b, c in choices.items() if c["choice"]}
     if not changed:
         return True
-    _, workloads = selected_workloads(args.root, "full")
+    workloads = selected_workloads(pipeline, "full")
     shapes = [{**w.to_dict(), "bucket": bucket_of(w.shape)} for w in workloads if w.shape.config_pass == plan["pass"]]
     shapes = [s for s in shapes if s["bucket"] in changed]
     outdir.write_json(out / "verify" / "plan.json", {"arch": plan["arch"], "shapes": shapes,
@@ -156,8 +154,6 @@ def check(args, out: Path, plan: dict, choices: dict) -> int | None:
 def proposed_config_text(text: str, pass_: str, changed: dict) -> str:
     """The config file with the changed buckets' values replaced, everything else (order, notes,
     guards, formatting of the other buckets) as it was."""
-    import json
-
     data = json.loads(text)
     for bucket, cfg in changed.items():
         data[pass_][bucket] = {**data[pass_][bucket], **cfg}
@@ -166,7 +162,7 @@ def proposed_config_text(text: str, pass_: str, changed: dict) -> str:
 
 def gpu_phases(args, pipeline, executor, out: Path, plan: dict, deadline: float) -> int:
     time_buckets(args, pipeline, executor, out, plan, deadline)
-    choices = choose(args.root, out, plan, args.max_candidates)
+    choices = choose(pipeline.perf, out, plan, args.max_candidates)
     for bucket, c in choices.items():
         log(f"{bucket}: {c['measured']}/{c['shapes']} shapes measured; choice: "
             f"{c['choice'] or 'keep the current config'} {c['why']}")

@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mha_ci.errors import ConfigError
 from mha.config import BUCKETS
+from mha_ci.errors import ConfigError
 from mha_ci.perf.buckets import bucket_of
 from mha_ci.perf.shapes import Shape
 

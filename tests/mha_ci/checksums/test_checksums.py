@@ -14,6 +14,7 @@ from mha_ci.checksums.diff import Difference, compare, render
 from mha_ci.checksums.explain import explain
 from mha_ci.checksums.records import CodeObjectFile, CodeObjectRecord
 from mha_ci.checksums.resources import CodeObjectError, code_object_resources, cubin_resources, hsaco_resources
+from mha_ci.jobs.context import JobContext
 
 CODEOBJS = Path(__file__).resolve().parents[2] / "fixtures" / "checksums_toy" / "codeobjs"
 
@@ -269,7 +270,7 @@ def test_run_job_passes_and_fails_through_the_runner_contract(tmp_path):
     records.dump(fresh, tmp_path / "perf_baselines" / "code_objects" / "triton-3.4.json", stored=True)
 
     executor = CannedExecutor(fresh)
-    result = run_job(job, pipeline, executor, tmp_path / "out")
+    result = run_job(job, JobContext(pipeline, executor, tmp_path / "out"))
     assert result.verdict == "pass" and result.exit_code == 0, result.message
     args = executor.runs[0].args
     assert "gfx950=hip:gfx950:64" in args and "interpreter" not in " ".join(args)
@@ -277,7 +278,7 @@ def test_run_job_passes_and_fails_through_the_runner_contract(tmp_path):
     assert "code_objects/triton-3.4.verify.txt" in result.artifacts
 
     changed = replace(fresh, records=(rec(sha256="b" * 64, shared_bytes=106496),))
-    result = run_job(job, pipeline, CannedExecutor(changed), tmp_path / "out")
+    result = run_job(job, JobContext(pipeline, CannedExecutor(changed), tmp_path / "out"))
     assert result.verdict == "fail" and result.exit_code == 1 and "1 variants differ" in result.message
 
 

@@ -29,9 +29,9 @@ class FakeKinds:
         self.calls: list[str] = []
         self.results_seen: list[dict] = []      # results.json as each job started
 
-    def __call__(self, job, pipeline, executor, out_dir: Path) -> JobResult:
+    def __call__(self, job, ctx) -> JobResult:
         self.calls.append(job.id)
-        self.results_seen.append(json.loads((out_dir / "results.json").read_text()))
+        self.results_seen.append(json.loads((ctx.out_dir / "results.json").read_text()))
         outcome = self.outcome.get(job.id, "pass")
         if outcome == "env":
             raise EnvironmentProblem("toolchain triton-3.4 pins triton==3.4.0 but the environment has triton 3.6.0")

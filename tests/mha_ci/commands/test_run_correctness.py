@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from mha_ci import cli
+from mha_ci.jobs.context import JobContext, RunOptions
 from mha_ci.payloads import known_failures
 
 REPO = Path(__file__).resolve().parents[3]
@@ -178,8 +179,8 @@ def test_a_shard_whose_test_process_dies_is_a_failure(tmp_path):
     from mha_ci.model.types import Job
     root = _host_checkout(tmp_path, "import os, signal\n\ndef test_ok():\n    pass\n\n"
                                     "def test_segfault():\n    os.kill(os.getpid(), signal.SIGSEGV)\n")
-    result = run_job(Job("correctness", "interpreter", "host", 1, 1), _host_pipeline(root),
-                     HostExecutor(root, stream=io.StringIO()), tmp_path / "out")
+    result = run_job(Job("correctness", "interpreter", "host", 1, 1),
+                     JobContext(_host_pipeline(root), HostExecutor(root, stream=io.StringIO()), tmp_path / "out"))
     assert result.verdict == "fail" and result.exit_code == 1
     assert "SIGSEGV" in result.message and "no complete result" in result.message
     assert not (tmp_path / "out" / "junit" / "correctness-interpreter-host-1of1.xml").exists()
@@ -195,8 +196,8 @@ def test_host_toolchain_shard_runs_and_reports_versions(tmp_path):
     root = _host_checkout(tmp_path, "import pytest\n\n@pytest.mark.parametrize('i', range(5))\n"
                                     "def test_i(i):\n    assert i < 5\n")
     out = tmp_path / "out"
-    shards = [run_job(Job("correctness", "interpreter", "host", i, 2), _host_pipeline(root),
-                      HostExecutor(root, stream=io.StringIO()), out) for i in (1, 2)]
+    shards = [run_job(Job("correctness", "interpreter", "host", i, 2),
+                      JobContext(_host_pipeline(root), HostExecutor(root, stream=io.StringIO()), out)) for i in (1, 2)]
     assert [s.verdict for s in shards] == ["pass", "pass"]
     assert sorted(s.details["tests"] for s in shards) == [2, 3]
     assert shards[0].details["collected_sha256"] == shards[1].details["collected_sha256"]
@@ -212,13 +213,13 @@ def test_a_selection_runs_only_the_matching_tests_and_says_so(tmp_path, patterns
     import io
 
     from mha_ci.executors.host import HostExecutor
-    from mha_ci.jobs.correctness.job import narrowed, run_job
+    from mha_ci.jobs.correctness.job import run_job
     from mha_ci.model.types import Job
     root = _host_checkout(tmp_path, "import pytest\n\n@pytest.mark.parametrize('i', range(5))\n"
                                     "def test_i(i):\n    assert i < 5\n")
-    with narrowed(patterns.split(",")):
-        result = run_job(Job("correctness", "interpreter", "host", 1, 1), _host_pipeline(root),
-                         HostExecutor(root, stream=io.StringIO()), tmp_path / "out")
+    options = RunOptions(select=tuple(patterns.split(",")))
+    result = run_job(Job("correctness", "interpreter", "host", 1, 1),
+                     JobContext(_host_pipeline(root), HostExecutor(root, stream=io.StringIO()), tmp_path / "out", options))
     assert result.verdict == "pass" and result.details["tests"] == expect
     assert f"(SELECTION: {expect} of 5 collected tests)" in result.message
 
@@ -227,10 +228,10 @@ def test_a_selection_that_matches_nothing_is_no_result(tmp_path):
     import io
 
     from mha_ci.executors.host import HostExecutor
-    from mha_ci.jobs.correctness.job import narrowed, run_job
+    from mha_ci.jobs.correctness.job import run_job
     from mha_ci.model.types import Job
     root = _host_checkout(tmp_path, "def test_ok():\n    pass\n")
-    with narrowed(["*no_such_test*"]):
-        result = run_job(Job("correctness", "interpreter", "host", 1, 1), _host_pipeline(root),
-                         HostExecutor(root, stream=io.StringIO()), tmp_path / "out")
+    options = RunOptions(select=tuple(["*no_such_test*"]))
+    result = run_job(Job("correctness", "interpreter", "host", 1, 1),
+                     JobContext(_host_pipeline(root), HostExecutor(root, stream=io.StringIO()), tmp_path / "out", options))
     assert result.verdict == "fail" and "no collected test matches" in result.message

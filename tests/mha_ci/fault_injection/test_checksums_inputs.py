@@ -53,11 +53,9 @@ class Payload:
 @pytest.fixture
 def checkout(pipeline_root, monkeypatch):
     """A checkout whose executor is the stand-in (set `checkout.payload` before the call)."""
-    # commands/run.py binds make_executor when it is first imported: import it before the patch,
-    # or a first import during this test keeps the stand-in for every later test.
-    import mha_ci.commands.run  # noqa: F401
     state = {"payload": Payload(CodeObjectFile(TOOLCHAIN, (CodeObjectRecord.from_json(record()),)))}
-    monkeypatch.setattr("mha_ci.executors.make_executor", lambda name, root, **kw: state["payload"])
+    # The command's own binding: commands import make_executor at module level.
+    monkeypatch.setattr("mha_ci.commands.checksums.make_executor", lambda name, root, **kw: state["payload"])
     pipeline_root.joinpath(STORED).parent.mkdir(parents=True)
     pipeline_root.joinpath(STORED).write_text(stored_text())
     return pipeline_root, state

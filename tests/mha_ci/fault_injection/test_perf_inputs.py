@@ -10,7 +10,7 @@ import pytest
 
 from mha_ci.cli import main
 from mha_ci.errors import ExitCode
-from mha_ci.perf.config import HEAD_DIM_RANGE
+from mha_ci.model.perf_schema import HEAD_DIM_RANGE
 
 REPO = Path(__file__).resolve().parents[3]
 

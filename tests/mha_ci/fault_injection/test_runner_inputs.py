@@ -6,12 +6,15 @@ from __future__ import annotations
 import errno
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from mha_ci.cli import main as cli
 from mha_ci.executors.base import Executor, PayloadResult, PayloadRun
+from mha_ci.jobs.context import JobContext, RunOptions
+from mha_ci.jobs.correctness.job import run_job as correctness_job
 from mha_ci.model.loader import load_pipeline
 from mha_ci.model.types import Job
 
@@ -30,10 +33,13 @@ class _CollectOnly(Executor):
         return PayloadResult(exit_code=0)
 
 
-def _correctness(pipeline_root: Path):
-    from mha_ci.jobs.correctness.job import run_job
-    return lambda out: run_job(Job("correctness", "interpreter", "triton-3.4", 1, 1), load_pipeline(pipeline_root),
-                               _CollectOnly(), out)
+def _correctness(pipeline_root: Path, options: RunOptions = RunOptions()):
+    return lambda out: correctness_job(Job("correctness", "interpreter", "triton-3.4", 1, 1),
+                                       JobContext(load_pipeline(pipeline_root), _CollectOnly(), out, options))
+
+
+def _collect_only(job, ctx):
+    return correctness_job(job, replace(ctx, executor=_CollectOnly()))
 
 
 def test_an_inherited_select_variable_does_not_narrow_a_run(pipeline_root, tmp_path, monkeypatch):
@@ -43,9 +49,7 @@ def test_an_inherited_select_variable_does_not_narrow_a_run(pipeline_root, tmp_p
 
 
 def test_only_the_select_option_narrows_a_run(pipeline_root, tmp_path):
-    from mha_ci.jobs.correctness.job import narrowed
-    with narrowed(["*test_one"]):
-        result = _correctness(pipeline_root)(tmp_path / "out")
+    result = _correctness(pipeline_root, RunOptions(select=("*test_one",)))(tmp_path / "out")
     assert result.details["tests"] == 1
     assert result.details["selection"] == {"patterns": ["*test_one"], "selected": 1, "collected": 3}
 
@@ -53,9 +57,8 @@ def test_only_the_select_option_narrows_a_run(pipeline_root, tmp_path):
 @pytest.mark.parametrize("select, narrowed_to", [((), None), (("*test_one", "*three"), 2)], ids=["env-only", "option"])
 def test_the_run_command_narrows_on_its_option_alone(pipeline_root, tmp_path, monkeypatch, select, narrowed_to):
     from mha_ci.jobs import runner
-    from mha_ci.jobs.correctness.job import run_job
     monkeypatch.setenv("MHA_CI_SELECT", "*test_one")
-    runner.register("correctness", lambda job, pipeline, executor, out: run_job(job, pipeline, _CollectOnly(), out))
+    runner.register("correctness", _collect_only)
     try:
         cli(["--root", str(pipeline_root), "run", "--job", "correctness-interpreter-triton-3.4-1of2",
              "--executor", "host", "--out", str(tmp_path / "out"), *[x for s in select for x in ("--select", s)]])
@@ -147,9 +150,8 @@ def _no_space(*args, **kwargs):
 def test_a_full_disk_under_out_is_an_environment_error_not_a_crash(pipeline_root, tmp_path, monkeypatch, capsys,
                                                                    failing):
     from mha_ci.jobs import runner
-    from mha_ci.jobs.correctness.job import run_job
     out = tmp_path / "out"
-    runner.register("correctness", lambda job, pipeline, executor, o: run_job(job, pipeline, _CollectOnly(), o))
+    runner.register("correctness", _collect_only)
     if failing == "job files":
         monkeypatch.setattr(Path, "write_text", _no_space)
     else:
@@ -181,16 +183,12 @@ def test_a_second_run_into_an_out_folder_in_use_is_refused(pipeline_root, tmp_pa
     out = tmp_path / "out"
     second: list[int | None] = []
 
-    def job_that_starts_a_second_run(job, pipeline, executor, o):
+    def job_that_starts_a_second_run(job, ctx):
         if not second:                # the second run's own job (if it gets that far) starts no third
             second.append(None)
             second[0] = cli(["--root", str(pipeline_root), "run", "--job", job.id, "--executor", "host",
                              "--out", str(out)])
-        return run_job_collect_only(job, pipeline, o)
-
-    def run_job_collect_only(job, pipeline, o):
-        from mha_ci.jobs.correctness.job import run_job
-        return run_job(job, pipeline, _CollectOnly(), o)
+        return _collect_only(job, ctx)
 
     runner.register("correctness", job_that_starts_a_second_run)
     try:

@@ -199,10 +199,10 @@ def test_committed_sm90_baselines_pass_the_refresh_checks(pipeline, toolchain):
     assert prov["pins_checked"] is False and prov["pin_mismatches"], "measured with the H200 image's torch"
     arch = pipeline.archs["sm90"]
     tc = pipeline.toolchains[toolchain].on(arch.platform)
-    bad, mismatch = measurement_problems(doc, arch, tc, doc, RefreshPolicy.from_pipelines(REPO), allow_unpinned=True)
+    bad, mismatch = measurement_problems(doc, arch, tc, doc, RefreshPolicy.from_perf(load_pipeline(REPO).perf), allow_unpinned=True)
     assert mismatch == []
     # and without --pins record it is refused as unpinned, never taken silently
-    _, strict = measurement_problems(doc, arch, tc, doc, RefreshPolicy.from_pipelines(REPO))
+    _, strict = measurement_problems(doc, arch, tc, doc, RefreshPolicy.from_perf(load_pipeline(REPO).perf))
     assert any("unpinned measurement" in m for m in strict)
 
 

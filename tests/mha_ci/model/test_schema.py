@@ -10,15 +10,12 @@ from pathlib import Path
 import pytest
 
 from mha_ci.cli import main
-from mha_ci.model import loader
 from mha_ci.model.loader import PIPELINE_FILES, load_pipeline
 
 CORE = [f"pipelines/{name}" for name in PIPELINE_FILES]
 
 
 def _validate(root: Path, *files: str) -> int:
-    # Naming the five core files keeps these tests independent of the files other modules own
-    # (perf.yaml, workloads.yaml); test_whole_folder covers those.
     return main(["--root", str(root), "validate", *[str(root / f) for f in (files or CORE)]])
 
 
@@ -241,29 +238,14 @@ def test_unknown_pipeline_file_is_an_error(pipeline_root, capsys):
     assert "unknown pipeline file 'trigers.yaml'" in err and "did you mean 'triggers.yaml'" in err
 
 
-def test_registered_validator_covers_its_file(pipeline_root, capsys, monkeypatch):
-    monkeypatch.setattr(loader, "_FILE_VALIDATORS", {})
-    seen = []
-
-    def check(path, root):
-        seen.append((path.name, root))
-        if "bad" in path.read_text():
-            raise loader.ConfigError("extra: bad value", file=str(path), line=1)
-
-    loader.register_file_validator("extra.yaml", check)
-    extra = pipeline_root / "pipelines/extra.yaml"
-    extra.write_text("value: good\n")
-    assert _validate(pipeline_root, *CORE, "pipelines/extra.yaml") == 0
-    assert seen == [("extra.yaml", pipeline_root.resolve())]
-    assert capsys.readouterr().out.strip() == "ok: 6 files"
-    extra.write_text("value: bad\n")
-    assert _validate(pipeline_root, "pipelines/extra.yaml") == 2
-    assert "extra.yaml:1: extra: bad value" in _error(capsys)
-
-
-def test_core_files_cannot_be_taken_over():
-    with pytest.raises(ValueError):
-        loader.register_file_validator("archs.yaml", lambda path, root: None)
+def test_perf_files_load_with_the_pipeline(pipeline_root, capsys):
+    # perf.yaml and workloads.yaml are pipeline files like the others: naming either validates the
+    # whole pipeline, and `plan` (which never measures) refuses a broken one too.
+    _edit(pipeline_root, "perf.yaml", "floor_pct:", "flor_pct:")
+    assert _validate(pipeline_root, "pipelines/workloads.yaml") == 2
+    assert "perf.yaml" in (err := _error(capsys)) and "did you mean 'floor_pct'" in err
+    assert main(["--root", str(pipeline_root), "plan"]) == 2
+    assert "did you mean 'floor_pct'" in _error(capsys)
 
 
 def test_plan_refuses_a_broken_pipeline(pipeline_root, capsys):

@@ -204,9 +204,10 @@ def test_cli_exit_codes(tmp_path, repo_root, capsys):
 
 
 def test_perf_yaml_sets_the_invalid_share_and_refuses_a_useless_one(pipeline_root, capsys):
-    from mha_ci.perf.config import gate_policy, load_perf_file
+    from mha_ci.model.loader import load_pipeline
+    from mha_ci.perf.config import gate_policy
 
-    assert gate_policy(load_perf_file(pipeline_root)).max_invalid_pct == 5.0
+    assert gate_policy(load_pipeline(pipeline_root).perf).max_invalid_pct == 5.0
     perf_yaml = pipeline_root / "pipelines" / "perf.yaml"
     perf_yaml.write_text(perf_yaml.read_text().replace("max_invalid_pct: 5.0", "max_invalid_pct: 100"))
     assert main(["--root", str(pipeline_root), "validate"]) == 2

@@ -1,18 +1,24 @@
 """The perf job kind and interleaving, with a fake executor standing in for the payload."""
 import json
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 from mha_ci.baselines import perf_baseline
+from mha_ci.commands.options import run_options
 from mha_ci.errors import ConfigError, EnvironmentProblem
 from mha_ci.executors.base import Executor, PayloadResult
 from mha_ci.model.loader import load_pipeline
 from mha_ci.model.types import Job
 from mha_ci.jobs import perf as perf_kind
+from mha_ci.jobs.context import JobContext, RunOptions
 from mha_ci.perf import measure
 from mha_ci.perf.document import load_perf
 
 from perf_builders import doc, entry, gate  # noqa: E402
+
+PR = RunOptions(perf_subset="pr")
 
 
 class FakeExecutor(Executor):
@@ -57,23 +63,22 @@ def _baseline(root, keys_us):
 
 @pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 def test_perf_job_passes_fails_and_reports(checkout, tmp_path, monkeypatch):
-    monkeypatch.setenv("MHA_CI_PERF_SUBSET", "pr")
     pipeline = load_pipeline(checkout)
     job = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
-    keys = [w.key for w in measure.selected_workloads(checkout, "pr")[1]]
+    keys = [w.key for w in measure.selected_workloads(load_pipeline(checkout), "pr")]
     # no baseline yet: the job cannot pass
-    result = perf_kind.run_job(job, pipeline, FakeExecutor(), tmp_path / "o0")
+    result = perf_kind.run_job(job, JobContext(pipeline, FakeExecutor(), tmp_path / "o0", PR))
     assert result.verdict == "fail" and "no baseline" in result.message
     _baseline(checkout, {k: 100.0 for k in keys})
-    result = perf_kind.run_job(job, pipeline, FakeExecutor(), tmp_path / "o1")
+    result = perf_kind.run_job(job, JobContext(pipeline, FakeExecutor(), tmp_path / "o1", PR))
     assert result.verdict == "pass" and result.details["summary"]["ok"] == len(keys)
     assert (tmp_path / "o1" / "jobs" / job.id / "compare.html").is_file()
     slow = FakeExecutor(us=lambda key, tc: 150.0 if key == keys[0] else 100.0)
-    result = perf_kind.run_job(job, pipeline, slow, tmp_path / "o2")
+    result = perf_kind.run_job(job, JobContext(pipeline, slow, tmp_path / "o2", PR))
     assert result.verdict == "fail" and result.exit_code == 1 and result.details["regressions"] == [keys[0]]
     # a NaN or non-positive time is a broken measurement: the job fails, naming shape and reason
     broken = FakeExecutor(us=lambda key, tc: {keys[0]: float("nan"), keys[1]: 0.0}.get(key, 100.0))
-    result = perf_kind.run_job(job, pipeline, broken, tmp_path / "o3")
+    result = perf_kind.run_job(job, JobContext(pipeline, broken, tmp_path / "o3", PR))
     assert result.verdict == "fail" and result.exit_code == 1
     assert result.details["broken"] == [{"key": k, "reason": r} for k, r in sorted(
         [(keys[0], "candidate time is not a number: nan"), (keys[1], "candidate time is not positive: 0.0")])]
@@ -84,14 +89,14 @@ def test_payload_environment_problem_is_exit_3(checkout, tmp_path):
     pipeline = load_pipeline(checkout)
     job = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
     with pytest.raises(EnvironmentProblem):
-        perf_kind.run_job(job, pipeline, FakeExecutor(exit_code=3), tmp_path)
+        perf_kind.run_job(job, JobContext(pipeline, FakeExecutor(exit_code=3), tmp_path, PR))
 
 
 def test_interleave_runs_abba_merges_and_compares(checkout, tmp_path):
     assert measure.interleave_order(3, "a", "b") == [(1, "a"), (1, "b"), (2, "b"), (2, "a"), (3, "a"), (3, "b")]
     pipeline = load_pipeline(checkout)
     rel = "inter"
-    _, _, count = measure.write_inputs(checkout, tmp_path / rel, "pr")
+    _, _, count = measure.write_inputs(load_pipeline(checkout), tmp_path / rel, "pr")
     fake = FakeExecutor(us=lambda key, tc: 100.0 if tc == "triton-3.4" else 90.0)
     docs = measure.measure_interleaved(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel, 4)
     assert [r[0] for r in fake.runs] == ["triton-3.4", "triton-3.8", "triton-3.8", "triton-3.4"] * 2
@@ -136,7 +141,7 @@ class LockstepFake(FakeExecutor):
 def test_lockstep_runs_both_sides_at_once_and_compares(checkout, tmp_path):
     pipeline = load_pipeline(checkout)
     rel = "lock"
-    _, _, count = measure.write_inputs(checkout, tmp_path / rel, "pr")
+    _, _, count = measure.write_inputs(load_pipeline(checkout), tmp_path / rel, "pr")
     fake = LockstepFake(us=lambda key, tc: 100.0 if tc == "triton-3.4" else 90.0)
     docs = measure.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel)
     log = (tmp_path / rel / "lockstep" / "log").read_text().splitlines()
@@ -151,7 +156,7 @@ def test_lockstep_runs_both_sides_at_once_and_compares(checkout, tmp_path):
 
 def test_lockstep_failure_of_one_side_stops_the_other(checkout, tmp_path):
     pipeline = load_pipeline(checkout)
-    measure.write_inputs(checkout, tmp_path / "lock", "pr")
+    measure.write_inputs(load_pipeline(checkout), tmp_path / "lock", "pr")
     fake = LockstepFake(fail_toolchain="triton-3.8")
     with pytest.raises(EnvironmentProblem):
         measure.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, "lock")
@@ -160,7 +165,7 @@ def test_lockstep_failure_of_one_side_stops_the_other(checkout, tmp_path):
 @pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 def test_repeat_runs_separate_processes_and_combines_them(checkout, tmp_path, monkeypatch):
     pipeline = load_pipeline(checkout)
-    keys = [w.key for w in measure.selected_workloads(checkout, "pr")[1]]
+    keys = [w.key for w in measure.selected_workloads(load_pipeline(checkout), "pr")]
     _baseline(checkout, {k: 100.0 for k in keys})
     # the first shape lands on a slow mode in one process of three: the median run is unaffected
     calls = {"n": 0}
@@ -171,15 +176,15 @@ def test_repeat_runs_separate_processes_and_combines_them(checkout, tmp_path, mo
             return 110.0 if calls["n"] == 2 else 100.0
         return 100.0
 
-    monkeypatch.setenv("MHA_CI_PERF_SUBSET", "pr")
-    monkeypatch.setenv("MHA_CI_PERF_REPEAT", "3")
     job = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
-    result = perf_kind.run_job(job, pipeline, FakeExecutor(us=us), tmp_path)
+    result = perf_kind.run_job(job, JobContext(pipeline, FakeExecutor(us=us), tmp_path, replace(PR, perf_repeat=3)))
     assert result.verdict == "pass" and result.details["repeat"] == 3
     doc = load_perf(tmp_path / "jobs" / job.id / "perf.json")
     first = doc["results"][0]["stats"]
     assert first["run_trimmed_means_us"] == [100.0, 110.0, 100.0] and first["trimmed_mean_us"] == 100.0
     assert len(doc["provenance"]["combined_runs"]) == 3
-    monkeypatch.setenv("MHA_CI_PERF_REPEAT", "three")
+    # CI sets the repeats through the environment; the command line turns it into the option.
+    args = SimpleNamespace(select=None, pins="enforce")
+    assert run_options(args, {"MHA_CI_PERF_SUBSET": "pr", "MHA_CI_PERF_REPEAT": "3"}) == replace(PR, perf_repeat=3)
     with pytest.raises(ConfigError, match="whole number"):
-        perf_kind.run_job(job, pipeline, FakeExecutor(), tmp_path / "bad")
+        run_options(args, {"MHA_CI_PERF_REPEAT": "three"})

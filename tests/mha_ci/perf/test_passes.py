@@ -8,7 +8,8 @@ from mha_ci.cli import main
 from mha_ci.errors import ExitCode
 from mha_ci.perf import calibrate, measure
 from mha_ci.perf.compare import compare
-from mha_ci.perf.config import against_policy, gate_policy, load_perf_file
+from mha_ci.model.loader import load_pipeline
+from mha_ci.perf.config import against_policy, gate_policy
 
 FWD = "dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1"
 BWD = FWD + "_bwd"
@@ -42,7 +43,7 @@ def test_same_code_marks_shapes_whose_code_objects_are_identical():
 
 
 def test_against_has_its_own_floor_from_perf_yaml(repo_root):
-    spec = load_perf_file(repo_root)
+    spec = load_pipeline(repo_root).perf
     assert against_policy(spec).floor_pct == spec.against.floor_pct
     assert against_policy(spec).k == gate_policy(spec).k
 

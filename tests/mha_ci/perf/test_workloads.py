@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from mha_ci.errors import ConfigError
-from mha_ci.perf.config import load_perf_file, load_workloads_file, validate_perf_files
+from mha_ci.model.loader import load_pipeline
 from mha_ci.perf.shapes import Shape, parse_key, visible_pairs
 from mha_ci.perf.workloads import generate, raw_shapes, select_subset
 
 
 @pytest.fixture(scope="module")
 def workloads(repo_root=Path(__file__).resolve().parents[3]):
-    return generate(load_workloads_file(repo_root))
+    return generate(load_pipeline(repo_root).workloads)
 
 
 def test_key_format_is_designs():
@@ -67,7 +67,7 @@ def test_visible_pairs_bottom_right_causal_and_window():
 
 
 def test_full_set_size_dedup_and_tags(repo_root, workloads):
-    raw = raw_shapes(load_workloads_file(repo_root))
+    raw = raw_shapes(load_pipeline(repo_root).workloads)
     keys = [w.key for w in workloads]
     assert len(keys) == len(set(keys)) == 309
     fwd = [w for w in workloads if w.shape.pass_ == "fwd"]
@@ -103,7 +103,7 @@ def test_reference_shapes_exist_with_their_buckets(workloads):
 
 
 def test_pr_subset_covers_every_bucket_and_layout_deterministically(repo_root, workloads):
-    perf = load_perf_file(repo_root)
+    perf = load_pipeline(repo_root).perf
     subset = select_subset(workloads, perf.subset.size, perf.subset.always)
     again = select_subset(list(reversed(workloads)), perf.subset.size, perf.subset.always)
     assert [w.key for w in subset] == [w.key for w in again]
@@ -138,12 +138,12 @@ def test_misspelt_key_and_unknown_always_key_are_config_errors(pipeline_root):
     original = path.read_text()
     path.write_text(original.replace("floor_pct:", "flor_pct:"))
     with pytest.raises(ConfigError) as err:
-        validate_perf_files(pipeline_root)
+        load_pipeline(pipeline_root)
     assert err.value.suggestion == "floor_pct" and err.value.line is not None
     path.write_text(original.replace("- dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1",
                                      "- dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c0"))
     with pytest.raises(ConfigError) as err:
-        validate_perf_files(pipeline_root)
+        load_pipeline(pipeline_root)
     assert err.value.suggestion == "dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1"
     assert err.value.line is not None
 

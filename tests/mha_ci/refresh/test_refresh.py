@@ -11,6 +11,7 @@ import pytest
 
 from mha_ci.cli import main
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
+from mha_ci.jobs.context import JobContext
 from mha_ci.model.loader import load_pipeline
 from mha_ci.refresh import RefreshRefused, refresh
 from mha_ci.refresh import branch as git_branch
@@ -293,7 +294,7 @@ def test_policy_comes_from_pipelines_perf_yaml(repo):
     import yaml
 
     raw = yaml.safe_load((repo / "pipelines" / "perf.yaml").read_text())
-    policy = RefreshPolicy.from_pipelines(repo)
+    policy = RefreshPolicy.from_perf(load_pipeline(repo).perf)
     assert policy.max_noise_pct == raw["refresh"]["max_noise_pct"]
     assert policy.gate.floor_pct == raw["gate"]["floor_pct"] and policy.gate.k == raw["gate"]["k"]
 
@@ -507,7 +508,7 @@ def test_the_refresh_job_measures_again_only_the_stalled_shape(repo, scratch):
 
     executor = StallOnceExecutor()
     job = Job(kind="refresh", arch="sm90", toolchain="triton-3.4")
-    result = refresh_kind.run_job(job, load_pipeline(repo), executor, scratch / "o")
+    result = refresh_kind.run_job(job, JobContext(load_pipeline(repo), executor, scratch / "o"))
     assert result.verdict == "pass", result.message
     full, again = executor.asked
     assert len(full) > 100 and again == [full[0]]

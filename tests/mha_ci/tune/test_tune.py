@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from mha_ci.model.loader import load_pipeline
 from mha_ci.perf.buckets import bucket_of, select_bucket
 from mha_ci.tune import outdir, prune, rules, select, space, targets
 
@@ -182,7 +183,7 @@ def test_report_buckets_are_timed_on_all_their_workload_shapes():
     """The regressed shapes are the goal; every other workload shape of the bucket is timed too,
     so a candidate that recovers the regressions by slowing the rest cannot be chosen."""
     from mha_ci.perf.measure import selected_workloads
-    _, workloads = selected_workloads(ROOT, "full")
+    workloads = selected_workloads(load_pipeline(ROOT), "full")
     entries = [w.to_dict() for w in workloads]
     chosen = {t.bucket: t for t in targets.choose(entries, None, targets.read_report(REPORT))}
     for target in chosen.values():
@@ -293,7 +294,7 @@ def test_propose_makes_a_branch_with_config_records_and_report(tmp_path, monkeyp
                 "perf_baselines/code_objects/triton-3.8.json": b"{}\n"}
 
     monkeypatch.setattr(proposal, "records_for", fake_records)
-    assert proposal.propose(repo, out, branch="tune/test", executor_name="venv") == 0
+    assert proposal.propose(load_pipeline(repo), out, branch="tune/test", executor_name="venv") == 0
     assert _git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"      # checkout untouched
     files = _git(repo, "show", "--name-only", "--format=", "tune/test").split()
     assert "src/mha/configs/sm90-MHA-DEFAULT.json" in files
@@ -316,7 +317,7 @@ def test_propose_refuses_a_regression(tmp_path):
     outdir.write_json(out / "verify" / "plan.json", {"shapes": [{"key": "s1"}, {"key": "s2"}]})
     (out / "verify" / "results.jsonl").write_text(json.dumps(_row("s1", 10, proposed=9)) + "\n")
     with pytest.raises(proposal.ProposalRefused, match="verify measured 1 of 2"):
-        proposal.propose(ROOT, out, branch=None, executor_name="venv")
+        proposal.propose(load_pipeline(ROOT), out, branch=None, executor_name="venv")
 
 
 # the real compile ----------------------------------------------------------------------------
@@ -325,7 +326,6 @@ def test_propose_refuses_a_regression(tmp_path):
 def test_real_aot_compile_prunes_an_oversized_sm90_candidate(tmp_path, monkeypatch):
     """A handful of sm90 candidates through the real compile payload in the triton-3.8 venv."""
     from mha_ci.executors.venv import VenvExecutor
-    from mha_ci.model.loader import load_pipeline
     from mha_ci.tune import plan as plan_mod
 
     monkeypatch.setattr(space, "SPACES", {"nvidia": {"forward": {"BLOCK_M": (64, 256), "BLOCK_N": (64, 256),
@@ -345,7 +345,6 @@ def test_timing_payload_runs_and_resumes_under_the_interpreter(tmp_path):
     """The GPU timing path end to end on the CPU (Triton interpreter, the interpreter arch's
     config): two configs timed in turns per shape, one line per shape, a second call skips them."""
     from mha_ci.executors.venv import VenvExecutor
-    from mha_ci.model.loader import load_pipeline
     from mha_ci.tune import session
 
     shape = {"layout": "dense", "batch": 1, "hq": 2, "hk": 1, "sq": 32, "sk": 32, "dqk": 32, "dv": 32,

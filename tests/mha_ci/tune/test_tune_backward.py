@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from mha.config import REQUIRED_KEYS
+from mha_ci.model.loader import load_pipeline
 from mha_ci.perf.buckets import bucket_of
 from mha_ci.tune import outdir, plan as plan_mod, proposal, rules, select, session, targets
 
@@ -31,7 +32,7 @@ def _git(repo, *args):
 @pytest.fixture(scope="module")
 def workloads():
     from mha_ci.perf.measure import selected_workloads
-    _, found = selected_workloads(ROOT, "full")
+    found = selected_workloads(load_pipeline(ROOT), "full")
     return [w.to_dict() for w in found]
 
 
@@ -144,7 +145,7 @@ def test_backward_run_chooses_the_fastest_config_verifies_and_proposes(pipeline,
         return {CONFIG: text.encode(), "perf_baselines/code_objects/triton-3.8.json": b"{}\n"}
 
     monkeypatch.setattr(proposal, "records_for", fake_records)
-    assert proposal.propose(tune_repo, out, branch="tune/bwd", executor_name="venv") == 0
+    assert proposal.propose(load_pipeline(tune_repo), out, branch="tune/bwd", executor_name="venv") == 0
     before = json.loads(config.read_text())
     shipped = json.loads(_git(tune_repo, "show", f"tune/bwd:{CONFIG}"))
     assert shipped["backward"]["default"] == timed[fastest]

@@ -16,53 +16,33 @@ durations of every shard of the run merged: what the nightly refresh stores).
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import fnmatch
 import hashlib
 import json
-import os
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 from mha_ci.baselines import test_durations
 from mha_ci.errors import ExitCode
 from mha_ci.executors.base import Executor, PayloadResult, PayloadRun
 from mha_ci.jobs import JobResult
+from mha_ci.jobs.context import JobContext
 from mha_ci.jobs.correctness import sharding
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Arch, Job
 
 TESTS_DIR = "tests/mha"
-DEFAULT_TIMEOUT_S = 3600.0
 
 
 def durations_file(root: Path, arch: str) -> Path:
     return Path(root) / test_durations(f"{arch}.json")
 
 
-# `mha-ci run --select GLOB` narrows the correctness jobs to the collected tests whose node id
-# matches one of these fnmatch patterns: a quick local check, never a full one, so the verdict names
-# the selection. Only the command line sets it (through `narrowed`), never the environment: an
-# inherited variable must not quietly turn a full run into a partial one.
-_SELECTION: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("correctness_selection", default=())
-
-
-@contextlib.contextmanager
-def narrowed(patterns: Sequence[str]) -> Iterator[None]:
-    """While inside, correctness jobs run only the collected tests matching one of `patterns`."""
-    token = _SELECTION.set(tuple(p.strip() for p in patterns if p.strip()))
-    try:
-        yield
-    finally:
-        _SELECTION.reset(token)
-
-
-def _selected(tests: list[str], result: JobResult) -> list[str]:
+def _selected(tests: list[str], select: Sequence[str], result: JobResult) -> list[str]:
     """The tests `mha-ci run --select` keeps (all without it); records the selection in `result`."""
-    patterns = list(_SELECTION.get())
+    patterns = [p.strip() for p in select if p.strip()]
     if not patterns:
         return tests
     chosen = [t for t in tests if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
@@ -72,8 +52,9 @@ def _selected(tests: list[str], result: JobResult) -> list[str]:
     return chosen
 
 
-def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> JobResult:
+def run_job(job: Job, ctx: JobContext) -> JobResult:
     started = time.monotonic()
+    pipeline, executor, out_dir = ctx.pipeline, ctx.executor, ctx.out_dir
     arch = pipeline.archs[job.arch]
     toolchain = pipeline.toolchains[job.toolchain].on(arch.platform)
     index, count = job.shard or 1, job.shards or 1
@@ -81,7 +62,7 @@ def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> 
     job_dir = out_dir / rel
     job_dir.mkdir(parents=True, exist_ok=True)
     env = {"TRITON_INTERPRET": "1"} if arch.compile_target is None else {}
-    timeout = float(os.environ.get("MHA_CI_JOB_TIMEOUT", DEFAULT_TIMEOUT_S))
+    timeout = ctx.options.job_timeout_s
 
     def payload(args: tuple[str, ...], step: str) -> PayloadRun:
         return PayloadRun(module="correctness", args=args, toolchain=toolchain, arch=arch, out_dir=out_dir,
@@ -90,7 +71,7 @@ def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> 
     result = JobResult(job_id=job.id, kind=job.kind, verdict="fail", exit_code=ExitCode.GATE_FAILED)
 
     # 1. collect
-    tests = _collect(executor, payload, job_dir, rel, result, started)
+    tests = _collect(executor, payload, job_dir, rel, ctx.options.select, result, started)
     if not tests:
         return _finish(result, started)
 
@@ -116,7 +97,7 @@ def run_job(job: Job, pipeline: Pipeline, executor: Executor, out_dir: Path) -> 
 
 
 def _collect(executor: Executor, payload: Callable[[tuple[str, ...], str], PayloadRun], job_dir: Path, rel: str,
-             result: JobResult, started: float) -> list[str]:
+             select: Sequence[str], result: JobResult, started: float) -> list[str]:
     """The collected tests this job runs (after `--select`); none, with the reason in `result`, when
     collection failed or found nothing."""
     collected_path = job_dir / "collected.json"
@@ -132,7 +113,7 @@ def _collect(executor: Executor, payload: Callable[[tuple[str, ...], str], Paylo
     if not tests:
         result.message = f"no tests collected in {TESTS_DIR}: a shard with no result is a failure"
         return []
-    return _selected(tests, result)
+    return _selected(tests, select, result)
 
 
 def _shard(tests: list[str], pipeline: Pipeline, arch: Arch, toolchain: str, index: int, count: int,

@@ -1,0 +1,95 @@
+"""Command-line options that several `mha-ci` commands share, and the one place that turns
+flags and `MHA_CI_*` variables into a run's options (jobs.context.RunOptions).
+
+Commands import this module, never each other: `plan` and `run` share the event options, `run`,
+`perf`, `tune` and `checksums` the executor and pin options.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Mapping
+
+from mha_ci.errors import ConfigError
+from mha_ci.executors.devices import ASSUME_ENV, available_devices
+from mha_ci.jobs.context import DEFAULT_JOB_TIMEOUT_S, SUBSETS, RunOptions
+from mha_ci.model.types import Event
+from mha_ci.plan.events import build_event
+from mha_ci.plan.local_changes import local_changes
+
+EXECUTORS = ("venv", "docker", "host")
+# Variables CI sets for `mha-ci run`; the command line reads them here and nowhere else.
+PERF_SUBSET_ENV = "MHA_CI_PERF_SUBSET"      # the perf job's shapes: pr | full (default full)
+PERF_REPEAT_ENV = "MHA_CI_PERF_REPEAT"      # payload processes per perf measurement (default 1)
+JOB_TIMEOUT_ENV = "MHA_CI_JOB_TIMEOUT"      # seconds per correctness payload step (default 3600)
+
+
+def add_pins_option(parser) -> None:
+    parser.add_argument("--pins", choices=("enforce", "record"), default="enforce",
+                        help="enforce (default): a payload whose versions differ from the lock stops with exit 3; "
+                             "record (host executor only): run what is installed, record every mismatch and "
+                             "mark every result unpinned (a GPU host that cannot install the locks)")
+
+
+def check_pins_option(args) -> None:
+    if args.pins == "record" and args.executor != "host":
+        raise ConfigError(f"--pins record needs --executor host: the {args.executor} executor installs the "
+                          "lock itself, so its pins always hold", key="--pins")
+
+
+def add_changed_options(parser) -> None:
+    """--changed-files and --all, shared by `plan` and `run`."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--changed-files", type=Path, default=None, metavar="FILE",
+                       help="changed paths, one a line (default without --github-event: from git, against the "
+                            "default branch; every path when there is nothing to compare against)")
+    group.add_argument("--all", dest="all_paths", action="store_true",
+                       help="every path counts as changed (the full pipeline of the event)")
+
+
+def event_from_args(args) -> tuple[Event, str | None]:
+    """The event of `plan` / `run` and, when its changed paths were decided here rather than
+    given (--all, or git), a one-line note saying how. Event payloads without --changed-files keep
+    their paths unknown (every path changed), as CI's push and manual runs expect."""
+    event = build_event(kind=args.event, github_event=args.github_event,
+                        changed_files=args.changed_files, labels=args.labels)
+    if args.all_paths:
+        return replace(event, changed_files=None), "changed files: every path counts as changed (--all)"
+    if args.changed_files is not None or args.github_event is not None:
+        return event, None
+    changes = local_changes(args.root)
+    return replace(event, changed_files=changes.paths), changes.note
+
+
+def local_devices(environ: Mapping[str, str] = os.environ) -> frozenset[str]:
+    """The device kinds of this machine; $MHA_CI_ASSUME_DEVICES, when set, instead of detection."""
+    return available_devices(environ.get(ASSUME_ENV))
+
+
+def run_options(args, environ: Mapping[str, str] = os.environ) -> RunOptions:
+    """`mha-ci run`'s options: --select and --pins, and the variables CI sets (a bad value is a
+    usage error naming the variable)."""
+    subset = environ.get(PERF_SUBSET_ENV, "full")
+    if subset not in SUBSETS:
+        raise ConfigError(f"{PERF_SUBSET_ENV}={subset!r}: unknown subset; known: {', '.join(SUBSETS)}",
+                          key=PERF_SUBSET_ENV)
+    repeat = _number(environ, PERF_REPEAT_ENV, int, 1)
+    if repeat < 1:
+        raise ConfigError(f"{PERF_REPEAT_ENV}={repeat} must be at least 1", key=PERF_REPEAT_ENV)
+    timeout = _number(environ, JOB_TIMEOUT_ENV, float, DEFAULT_JOB_TIMEOUT_S)
+    if not timeout > 0:
+        raise ConfigError(f"{JOB_TIMEOUT_ENV}={timeout:g} must be above 0", key=JOB_TIMEOUT_ENV)
+    return RunOptions(select=tuple(p.strip() for p in args.select or () if p.strip()), perf_subset=subset,
+                      perf_repeat=repeat, job_timeout_s=timeout, pins=args.pins)
+
+
+def _number(environ: Mapping[str, str], name: str, kind: type, default):
+    text = environ.get(name)
+    if text is None:
+        return default
+    try:
+        return kind(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise ConfigError(f"{name}={text!r} is not {what}", key=name) from None

@@ -1,0 +1,42 @@
+"""What a job runs with: `JobContext` (the pipeline, the executor, the run's output folder and
+the run's options), handed to every job kind as `run_job(job, ctx)`.
+
+`RunOptions` is the one place a run's settings travel. Only the command line (mha_ci.commands)
+fills it, from its flags and the `MHA_CI_*` variables it documents; job kinds read the options
+and never the environment, so what a job does is decided where the run starts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mha_ci.executors.base import Executor
+from mha_ci.model.pipeline import Pipeline
+
+SUBSETS = ("pr", "full")
+DEFAULT_JOB_TIMEOUT_S = 3600.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    # `mha-ci run --select GLOB`: correctness jobs run only the collected tests whose node id
+    # matches one of these fnmatch patterns; a narrowed local check, so the verdict names them.
+    select: tuple[str, ...] = ()
+    perf_subset: str = "full"                   # the perf job's shapes: "pr" or "full"
+    perf_repeat: int = 1                        # perf job: payload processes per measurement
+    job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S    # a correctness payload step
+    pins: str = "enforce"                       # "enforce" | "record" (host executor only)
+
+    def __post_init__(self) -> None:
+        if self.perf_subset not in SUBSETS:
+            raise ValueError(f"perf_subset must be one of {SUBSETS}, not {self.perf_subset!r}")
+        if self.perf_repeat < 1:
+            raise ValueError("perf_repeat must be at least 1")
+
+
+@dataclass(frozen=True)
+class JobContext:
+    pipeline: Pipeline
+    executor: Executor
+    out_dir: Path                               # the run's output folder (`mha-ci run --out`)
+    options: RunOptions = field(default_factory=RunOptions)
