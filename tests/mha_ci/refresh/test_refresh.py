@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -175,7 +176,11 @@ def test_interrupted_mid_write_leaves_nothing_behind(repo, scratch, monkeypatch)
         real_write(path, data)
 
     monkeypatch.setattr(git_branch, "_write_atomic", interrupted)
-    scratch_before = set(Path("/tmp").glob("mha-ci-refresh-*"))
+    # The refresh's scratch worktree goes under a temp root of this test alone: another test
+    # running at the same time (pytest-xdist) makes its own under the system one.
+    temp_root = scratch / "tmp"
+    temp_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp_root))
     docs = {"triton-3.4": perf_doc("triton-3.4", means=(600.0, 1900.0)), "triton-3.8": perf_doc("triton-3.8")}
     with pytest.raises(KeyboardInterrupt):
         run(repo, docs, scratch)
@@ -184,7 +189,7 @@ def test_interrupted_mid_write_leaves_nothing_behind(repo, scratch, monkeypatch)
     assert not git_branch.branch_exists(repo, BRANCH)
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
     assert not calls[0].exists()                          # the worktree holding the partial file is gone
-    assert set(Path("/tmp").glob("mha-ci-refresh-*")) <= scratch_before
+    assert not any(temp_root.glob("mha-ci-refresh-*"))
     assert not (scratch / "out").exists() or not any((scratch / "out").iterdir())
 
 
