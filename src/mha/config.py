@@ -23,6 +23,16 @@ REQUIRED_KEYS = {
     "forward": ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"),
     "backward": ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps", "num_stages"),
 }
+# Keys a bucket may leave out. `warp_specialize` (true/false, absent = false): the forward runs
+# mha.kernels.forward_ws, the variant Triton's Hopper warp-specialization pass acts on (sm90,
+# num_warps 4; docs/configs.md). A boolean, the only key that is not an integer.
+OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {"forward": ("warp_specialize",), "backward": ()}
+BOOLEAN_KEYS = ("warp_specialize",)
+
+
+def keys_of(pass_: str) -> set[str]:
+    """Every config key a bucket of `pass_` may hold."""
+    return set(REQUIRED_KEYS[pass_]) | set(OPTIONAL_KEYS[pass_])
 
 
 class ConfigFileError(LookupError):
@@ -52,11 +62,18 @@ def load_arch_configs(arch: str) -> dict:
             missing = [k for k in REQUIRED_KEYS[pass_] if k not in section[bucket]]
             if missing:
                 raise ConfigFileError(f"{path}: {pass_}.{bucket} lacks keys {missing}")
+            _check_booleans(section[bucket], f"{path}: {pass_}.{bucket}")
     try:
-        guards_mod.check_config(data, str(path), {p: set(REQUIRED_KEYS[p]) for p in PASSES}, select_bucket)
+        guards_mod.check_config(data, str(path), {p: keys_of(p) for p in PASSES}, select_bucket)
     except guards_mod.GuardError as exc:
         raise ConfigFileError(str(exc)) from None
     return data
+
+
+def _check_booleans(cfg: dict, where: str) -> None:
+    for key in BOOLEAN_KEYS:
+        if key in cfg and not isinstance(cfg[key], bool):
+            raise ConfigFileError(f"{where}: {key} must be true or false, got {cfg[key]!r}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -119,12 +136,13 @@ def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: flo
     if override:
         nested = isinstance(override.get(pass_), dict)
         part = override[pass_] if nested else {k: v for k, v in override.items() if k not in PASSES}
-        allowed = set(REQUIRED_KEYS["forward"]) | set(REQUIRED_KEYS["backward"])
+        allowed = keys_of("forward") | keys_of("backward")
         unknown = set(part) - allowed
         if unknown:
             raise ConfigFileError(
                 f"config override has unknown keys {sorted(unknown)}; known: {sorted(allowed)}")
-        mine = {k: int(v) for k, v in part.items() if k in REQUIRED_KEYS[pass_]}
+        _check_booleans(part, "config override")
+        mine = {k: v if k in BOOLEAN_KEYS else int(v) for k, v in part.items() if k in keys_of(pass_)}
         if mine:
             cfg.update(mine)
             bucket = f"{bucket}+override"

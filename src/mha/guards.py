@@ -15,7 +15,8 @@ path and judges candidates with the very same rules the kernel applies.
 
 `when` keys (all given must hold): `head_dim_at_most` N: the smaller of Dqk and Dv is <= N (a
 dot with a 16-wide operand); `head_dim_above` N: the larger head dim is > N; `dtype`: a list of
-"fp16" | "bf16" | "fp32".
+"fp16" | "bf16" | "fp32"; `config` {key: value}: the config holds each of these values (a setting
+that miscompiles only beside another, e.g. num_stages 3 only in a warp-specialized loop).
 
 Two kinds, by whether a fallback is given:
 - with `fallback` (a *replacement*): for a problem the guard applies to, a forbidden value is
@@ -30,7 +31,7 @@ import functools
 import re
 
 PASSES = ("forward", "backward")
-WHEN_KEYS = ("head_dim_at_most", "head_dim_above", "dtype")
+WHEN_KEYS = ("head_dim_at_most", "head_dim_above", "dtype", "config")
 GUARD_KEYS = {"id", "triton", "passes", "when", "forbid", "fallback", "why"}
 DTYPES = ("fp16", "bf16", "fp32")
 MAX_HEAD_DIM = 256
@@ -63,6 +64,17 @@ def version_matches(spec: str | None, version: str | None) -> bool:
             ">": have > number, "<": have < number}[op]
 
 
+def _check_when(when: dict, where: str, keys: set[str]) -> None:
+    if set(when) - set(WHEN_KEYS):
+        raise GuardError(f"{where}: unknown `when` keys {sorted(set(when) - set(WHEN_KEYS))}; known: {list(WHEN_KEYS)}")
+    with_config = when.get("config", {})
+    if not isinstance(with_config, dict):
+        raise GuardError(f"{where}: when.config must be an object of config key -> value")
+    for name in with_config:
+        if name not in keys:
+            raise GuardError(f"{where}: when.config names {name!r}, not a config key ({sorted(keys)})")
+
+
 def check_guard(guard: dict, where: str, keys: set[str]) -> None:
     """Structural checks of one guard; `keys` are the config keys a guard may name."""
     if not isinstance(guard, dict):
@@ -77,9 +89,7 @@ def check_guard(guard: dict, where: str, keys: set[str]) -> None:
     bad_passes = set(guard.get("passes", PASSES)) - set(PASSES)
     if bad_passes:
         raise GuardError(f"{where}: passes {sorted(bad_passes)} unknown; known: {list(PASSES)}")
-    when = guard.get("when", {})
-    if set(when) - set(WHEN_KEYS):
-        raise GuardError(f"{where}: unknown `when` keys {sorted(set(when) - set(WHEN_KEYS))}; known: {list(WHEN_KEYS)}")
+    _check_when(guard.get("when", {}), where, keys)
     forbid, fallback = guard["forbid"], guard.get("fallback", {})
     for name, values in forbid.items():
         if name not in keys:
@@ -109,7 +119,11 @@ def applies(guard: dict, pass_: str, triton_version: str | None) -> bool:
 
 
 def violations(guard: dict, cfg: dict) -> dict:
-    """{key: value} of `cfg` that the guard forbids."""
+    """{key: value} of `cfg` that the guard forbids; none where `cfg` lacks a value of when.config
+    (a key absent from `cfg` is unset, which no when.config value matches)."""
+    with_config = guard.get("when", {}).get("config", {})
+    if any(k not in cfg or cfg[k] != value for k, value in with_config.items()):
+        return {}
     return {k: cfg[k] for k, values in guard["forbid"].items() if k in cfg and cfg[k] in values}
 
 

@@ -37,6 +37,7 @@ from . import config as config_mod
 from .kernels import backward as bwd_kernels
 from .kernels.backward import attn_bwd_dkdv, attn_bwd_dq, attn_bwd_preprocess
 from .kernels.forward import FWD_DO_NOT_SPECIALIZE, attn_fwd
+from .kernels.forward_ws import attn_fwd_ws
 
 DO_NOT_SPECIALIZE = {"fwd": FWD_DO_NOT_SPECIALIZE, "bwd_preprocess": bwd_kernels.PREPROCESS_DO_NOT_SPECIALIZE,
                      "bwd_dkdv": bwd_kernels.DKDV_DO_NOT_SPECIALIZE, "bwd_dq": bwd_kernels.DQ_DO_NOT_SPECIALIZE}
@@ -177,7 +178,11 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
     constexprs = dict(common, BLOCK_DQK=fwd_split[0], BLOCK_DQK2=fwd_split[1],
                       BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], HAS_SINK=problem.has_sink,
                       HAS_DROPOUT=problem.dropout, DOT_PRECISION=precision)
-    specs["fwd"] = KernelSpec("fwd", attn_fwd, _ordered(attn_fwd, _fwd_signature(ptr), constexprs), constexprs,
+    fwd = attn_fwd
+    if cfg.get("warp_specialize"):
+        fwd = attn_fwd_ws
+        constexprs["WARP_SPECIALIZE"] = True
+    specs["fwd"] = KernelSpec("fwd", fwd, _ordered(fwd, _fwd_signature(ptr), constexprs), constexprs,
                               cfg["num_warps"], cfg["num_stages"], bucket, "forward")
 
     bucket, cfg = config_mod.resolve("backward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config)
@@ -317,8 +322,30 @@ def _launch_tiles(spec: KernelSpec, kv_slices: int, group: int, seqlen: int, blo
     _launch(spec, grid, [*args, chunk])
 
 
+def _tma_ready(*tensors: torch.Tensor) -> None:
+    """What a device-side tensor descriptor (forward_ws) needs of each (rows, head dim) slice:
+    a 16-byte aligned start, unit stride along the head dim, 16-byte multiples for the others."""
+    for t in tensors:
+        size = t.element_size()
+        if t.stride(-1) != 1 or t.data_ptr() % 16 or any(st * size % 16 for st in t.stride()[:-1]):
+            raise ValueError(f"the warp-specialized forward reads q, k and v through TMA descriptors, which need "
+                             f"16-byte aligned storage and strides with a contiguous head dim; got strides "
+                             f"{tuple(t.stride())} of {t.dtype} at address {t.data_ptr():#x}; pass contiguous "
+                             f"tensors or a config without warp_specialize")
+
+
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    # Device-side descriptors are written to global memory at launch; Triton asks for the room.
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
 def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_scale: float,
             window: tuple[int, int], dropout_p: float, rng: tuple[int, int]):
+    if spec.fn is attn_fwd_ws:
+        _tma_ready(q, k, v)
+        if q.is_cuda:
+            # Per call, not once: Triton 3.8 keeps the allocator in a context variable (per thread).
+            triton.set_allocator(_scratch)
     if geo.varlen:
         out = torch.empty((q.shape[0], geo.heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
         lse = torch.empty((geo.heads_q, q.shape[0]), dtype=torch.float32, device=q.device)

@@ -27,7 +27,7 @@ def _leaf(t):
     return t.detach().clone().requires_grad_(True)
 
 
-def run_dense(case: Case, dtype, device, backward=True, seed=0):
+def run_dense(case: Case, dtype, device, backward=True, seed=0, config=None):
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(case.batch, case.seqlen_q, case.heads_q, case.dqk, generator=gen).to(device, dtype)
     k = torch.randn(case.batch, case.seqlen_k, case.heads_k, case.dqk, generator=gen).to(device, dtype)
@@ -44,7 +44,7 @@ def run_dense(case: Case, dtype, device, backward=True, seed=0):
     inputs = [_leaf(q), _leaf(k), _leaf(v)] + ([_leaf(sink)] if case.sink else [])
     out, lse = mha.flash_attn_func(*inputs[:3], dropout_p=case.dropout_p, causal=case.causal,
                                    window_size=case.window, sink=inputs[3] if case.sink else None,
-                                   return_lse=True)
+                                   return_lse=True, config=config)
     kw = dict(causal=case.causal, window=case.window, dropout_p=case.dropout_p, keep_mask=keep)
     refs = {}
     for name, cdt in (("ref", torch.float64), ("lowp", dtype)):
@@ -64,7 +64,7 @@ def run_dense(case: Case, dtype, device, backward=True, seed=0):
 
 
 def run_varlen(lens_q, lens_k, heads_q, heads_k, dqk, dv, dtype, device, causal=False, window=(-1, -1),
-               sink=False, dropout_p=0.0, backward=True, seed=0):
+               sink=False, dropout_p=0.0, backward=True, seed=0, config=None):
     gen = torch.Generator().manual_seed(seed)
     cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32, device=device)
     cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32, device=device)
@@ -84,7 +84,7 @@ def run_varlen(lens_q, lens_k, heads_q, heads_k, dqk, dv, dtype, device, causal=
     inputs = [_leaf(q), _leaf(k), _leaf(v)] + ([_leaf(s)] if sink else [])
     out, lse = mha.flash_attn_varlen_func(*inputs[:3], cu_q, cu_k, max(lens_q), max(lens_k), dropout_p=dropout_p,
                                           causal=causal, window_size=window,
-                                          sink=inputs[3] if sink else None, return_lse=True)
+                                          sink=inputs[3] if sink else None, return_lse=True, config=config)
     assert lse.shape == (heads_q, tq)
     refs = {}
     for name, cdt in (("ref", torch.float64), ("lowp", dtype)):

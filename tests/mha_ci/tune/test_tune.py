@@ -17,7 +17,7 @@ from mha_ci.tune import outdir, prune, rules, select, space, targets
 ROOT = Path(__file__).resolve().parents[3]
 REPORT = ROOT / "docs/records/2026-11-29-h200-perf-study/sm90/reports/golden-3.4-vs-tot-3.8-full/compare.json"
 FWD = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
-KEYS = {"forward": {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"},
+KEYS = {"forward": {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "warp_specialize"},
         "backward": {"BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps", "num_stages"}}
 
 
@@ -89,6 +89,33 @@ def test_replacement_is_not_a_violation_and_acts_at_launch(guards):
     cfg = {"BLOCK_M": 64, "num_stages": 3}
     assert guards.enforce([replace], "forward", cfg, 16, 16, "fp16", "3.8.0")["num_stages"] == 2
     assert guards.enforce([replace], "forward", cfg, 64, 64, "fp16", "3.8.0")["num_stages"] == 3
+
+
+def test_guard_with_a_config_condition_acts_only_on_configs_that_hold_it(guards):
+    ws = dict(PROHIBIT, when={"config": {"warp_specialize": True}}, fallback={"num_stages": 2}, triton="<3.8")
+    plain = {"BLOCK_M": 128, "num_stages": 3}
+    assert guards.enforce([ws], "forward", dict(plain, warp_specialize=True), 128, 128, "bf16", "3.4.0")["num_stages"] == 2
+    assert guards.enforce([ws], "forward", dict(plain, warp_specialize=True), 128, 128, "bf16", "3.8.0")["num_stages"] == 3
+    assert guards.enforce([ws], "forward", dict(plain, warp_specialize=False), 128, 128, "bf16", "3.4.0") == \
+        dict(plain, warp_specialize=False)
+    assert guards.enforce([ws], "forward", plain, 128, 128, "bf16", "3.4.0") == plain   # absent: unset
+    prohibit = dict(PROHIBIT, when={"config": {"warp_specialize": True}})
+    guards.check_config(_config([prohibit]), "x.json", KEYS, select_bucket)   # no bucket holds the flag
+
+
+@pytest.mark.parametrize("when,match", [({"config": {"warp_specialise": True}}, "when.config names"),
+                                        ({"config": ["warp_specialize"]}, "when.config must be an object")])
+def test_malformed_config_condition_is_refused(guards, when, match):
+    with pytest.raises(guards.GuardError, match=match):
+        guards.check_config(_config([dict(PROHIBIT, when=when)], stages=1), "x.json", KEYS, select_bucket)
+
+
+def test_shipped_sm90_fences_the_warp_specialized_three_stage_nan(guards):
+    data = rules.load_config(ROOT, "sm90")
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "warp_specialize": True}
+    for version, stages in (("3.4.0", 2), ("3.6.0", 2), ("3.8.0", 3)):
+        assert guards.enforce(data["guards"], "forward", cfg, 128, 128, "bf16", version)["num_stages"] == stages
+    assert guards.enforce(data["guards"], "backward", cfg, 128, 128, "bf16", "3.4.0")["num_stages"] == 3
 
 
 def test_prohibition_raises_at_launch_only_on_its_toolchain(guards):

@@ -1,0 +1,133 @@
+"""Forward attention for Triton's Hopper warp-specialization pass (sm90, opt-in by config).
+
+Same arguments, grid and results as mha.kernels.forward.attn_fwd; what differs is only what the
+pass (`add_hopper_warpspec`, run for capability 8.x/9.x) needs before it splits a loop into a
+TMA producer warp group and consumer warp groups (docs/configs.md, "Warp-specialized forward"):
+- the key loops are `tl.range(..., warp_specialize=True)`;
+- the kernel function holds no run-time if/else (the pass leaves a function with an `scf.if`
+  that has an else region unchanged) and no early return: a tile past its sequence gets an
+  empty key range and stores nothing, instead of returning;
+- Q, K and V come through device-side tensor descriptors (TMA). Their bounds replace the row
+  and head-dim masks of the loads: rows past the sequence and columns past the head dim read
+  as zero. A descriptor needs a 16-byte aligned base and row strides (mha.launch checks them);
+- the launch uses 4 warps (the pass acts on nothing else; it adds the producer group itself).
+"""
+import triton
+import triton.language as tl
+
+from .common import LN2, LOG2E, dropout_keep, key_ranges, slice_bounds, slice_offset, tile_order, visible
+from .forward import FWD_DO_NOT_SPECIALIZE
+
+
+@triton.jit
+def _head_desc(Base, rows, stride_s, HEAD: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """Descriptor of a (rows, HEAD) slice read in [BLOCK_ROWS, BLOCK] tiles; out of bounds is 0."""
+    return tl.make_tensor_descriptor(Base, shape=[rows, HEAD], strides=[stride_s, 1],
+                                     block_shape=[BLOCK_ROWS, BLOCK])
+
+
+@triton.jit
+def _fwd_ws_loop(acc, l_i, m_i, q, q2, k_desc, k2_desc, v_desc,
+                 offs_m, lo, hi, seqlen_k, diff, window_left, window_right, qk_scale,
+                 rng_seed, rng_base, rng_stride, dropout_p,
+                 BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
+                 HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr,
+                 BLOCK_DQK2: tl.constexpr, DOT_PRECISION: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    """The key loop over [lo, hi), every block masked. One loop, not attn_fwd's three stages
+    (common.stage_span): with a second loop carrying the accumulator after the specialized one,
+    the pass's data partitioning fails in both pinned Tritons ("operation destroyed but still
+    has uses"). Every branch here is on a constexpr, so the loop body has no if/else."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        offs_n = start_n + offs_n0
+        k = k_desc.load([start_n, 0])
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        if BLOCK_DQK2 > 0:
+            k2 = k2_desc.load([start_n, BLOCK_DQK])
+            s = tl.dot(q2, tl.trans(k2), acc=s, input_precision=DOT_PRECISION)
+        # qk_scale holds log2(e) and may be negative: applied before the row max (as attn_fwd).
+        s = s * qk_scale
+        mask = visible(offs_m[:, None], offs_n[None, :], offs_n[None, :] < seqlen_k,
+                       diff, window_left, window_right, BOUND_LEFT, BOUND_RIGHT)
+        s = tl.where(mask, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # A row that has seen no visible key yet keeps m = -inf: subtract 0 so exp2 gives 0.
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_sub[:, None])
+        alpha = tl.math.exp2(m_i - m_sub)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if HAS_DROPOUT:
+            keep = dropout_keep(rng_seed, rng_base, offs_m[:, None], offs_n[None, :], rng_stride, dropout_p)
+            p = tl.where(keep, p, 0.0)
+        v = v_desc.load([start_n, 0])
+        acc = tl.dot(p.to(v.dtype), v, acc=acc, input_precision=DOT_PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+# The same run-time-only arguments as attn_fwd: mha.launch's AOT specialization serves both.
+@triton.jit(do_not_specialize=FWD_DO_NOT_SPECIALIZE)
+def attn_fwd_ws(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
+                stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh,
+                stride_lb, stride_lh,
+                seqlen_q, seqlen_k, num_heads_q, group_size, window_left, window_right,
+                qk_scale, dropout_p, rng_seed, rng_offset, rng_stride, tile_chunk,
+                HEAD_DQK: tl.constexpr, HEAD_DV: tl.constexpr,
+                BLOCK_DQK: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                IS_VARLEN: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
+                HAS_SINK: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                WARP_SPECIALIZE: tl.constexpr):
+    """Grid (chunk, cdiv(max seqlen_q, BLOCK_M), batch * Hq / chunk): see common.tile_order."""
+    bh, block_m = tile_order(tile_chunk, True)
+    b, h, hk, q_start, seqlen_q, k_start, seqlen_k = slice_bounds(bh, num_heads_q, group_size, CuSeqlensQ,
+                                                                  CuSeqlensK, seqlen_q, seqlen_k, IS_VARLEN)
+    m0 = block_m * BLOCK_M
+    diff = seqlen_k - seqlen_q
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    q_desc = _head_desc(Q + slice_offset(b, q_start, h, stride_qb, stride_qs, stride_qh), seqlen_q, stride_qs,
+                        HEAD_DQK, BLOCK_M, BLOCK_DQK)
+    K_head = K + slice_offset(b, k_start, hk, stride_kb, stride_ks, stride_kh)
+    k_desc = _head_desc(K_head, seqlen_k, stride_ks, HEAD_DQK, BLOCK_N, BLOCK_DQK)
+    v_desc = _head_desc(V + slice_offset(b, k_start, hk, stride_vb, stride_vs, stride_vh), seqlen_k, stride_vs,
+                        HEAD_DV, BLOCK_N, BLOCK_DV)
+    q = q_desc.load([m0, 0])
+    if BLOCK_DQK2 > 0:
+        q2_desc = _head_desc(Q + slice_offset(b, q_start, h, stride_qb, stride_qs, stride_qh), seqlen_q,
+                             stride_qs, HEAD_DQK, BLOCK_M, BLOCK_DQK2)
+        q2 = q2_desc.load([m0, BLOCK_DQK])
+        k2_desc = _head_desc(K_head, seqlen_k, stride_ks, HEAD_DQK, BLOCK_N, BLOCK_DQK2)
+    else:
+        q2 = q
+        k2_desc = k_desc
+
+    if HAS_SINK:
+        m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + tl.load(Sink + h) * LOG2E
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32) + 1.0
+    else:
+        m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
+    row_last = tl.minimum(m0 + BLOCK_M, seqlen_q) - 1
+    lo, _, _, hi = key_ranges(m0, row_last, seqlen_k, diff, window_left, window_right,
+                              BLOCK_N, BOUND_LEFT, BOUND_RIGHT)
+    # A tile past its sequence (varlen: the grid is sized by the longest) loops over no key:
+    # a select, where attn_fwd returns early (a branch the pass does not take).
+    hi = tl.where(m0 < seqlen_q, hi, lo)
+    acc, l_i, m_i = _fwd_ws_loop(acc, l_i, m_i, q, q2, k_desc, k2_desc, v_desc, offs_m, lo, hi, seqlen_k, diff,
+                                 window_left, window_right, qk_scale, rng_seed + bh, rng_offset, rng_stride,
+                                 dropout_p, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, BLOCK_N, BLOCK_DQK, BLOCK_DQK2,
+                                 DOT_PRECISION, WARP_SPECIALIZE)
+    if HAS_DROPOUT:
+        acc = acc * (1.0 / (1.0 - dropout_p))
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2)
+    row_ok = offs_m < seqlen_q
+    O_head = Out + slice_offset(b, q_start, h, stride_ob, stride_os, stride_oh)
+    tl.store(O_head + offs_m[:, None] * stride_os + offs_dv[None, :], out.to(Out.dtype.element_ty),
+             mask=row_ok[:, None] & (offs_dv[None, :] < HEAD_DV))
+    tl.store(Lse + slice_offset(b, q_start, h, stride_lb, 1, stride_lh) + offs_m, lse, mask=row_ok)
