@@ -35,7 +35,7 @@ def _marks(h: History, s: Series) -> list[str]:
             for p in s.points for m in p.marks]
 
 
-def shape_png(h: History, s: Series) -> bytes:
+def shape_figure(h: History, s: Series):
     """The shape's values over the versions with the noise band, marks as vertical lines."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(4.0, 1.8), dpi=80)
@@ -51,23 +51,30 @@ def shape_png(h: History, s: Series) -> bytes:
     for p in s.points:
         for i, m in enumerate(p.marks):
             ax.axvline(p.version - 0.5, color=MARK_COLOURS[m], linewidth=0.8, linestyle="--")
-            ax.annotate(LETTERS[m], (p.version - 0.5, 1 - 0.12 * (i + 1)), xycoords=("data", "axes fraction"),
-                        fontsize=7, color=MARK_COLOURS[m], ha="center")
+            # above the axes, side by side: inside, a letter crosses its own line and the series
+            ax.annotate(LETTERS[m], (p.version - 0.5, 1.0), xycoords=("data", "axes fraction"),
+                        xytext=(7 * i - 3.5 * (len(p.marks) - 1), 1), textcoords="offset points",
+                        fontsize=7, color=MARK_COLOURS[m], ha="center", va="bottom")
     ax.set_xlim(-0.6, max(len(h.versions) - 0.4, 0.6))
+    # version numbers, as in the page's list of versions: refreshes of one day share a date
     ax.set_xticks(range(len(h.versions)))
-    ax.set_xticklabels([v.date[5:10] for v in h.versions], fontsize=6, rotation=45)
+    ax.set_xticklabels([str(i) for i in range(len(h.versions))], fontsize=6)
     ax.tick_params(axis="y", labelsize=6)
     ax.set_ylabel("us", fontsize=7)
     fig.tight_layout()
-    return figure_png(fig)
+    return fig
 
 
-def overview_png(h: History) -> bytes:
+def shape_png(h: History, s: Series) -> bytes:
+    return figure_png(shape_figure(h, s))
+
+
+def overview_figure(h: History):
     """Each shape's value relative to its first, per version: the largest movers coloured and
     named, the rest grey."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
-    for rank, s in reversed(list(enumerate(h.series))):
+    for rank, s in enumerate(h.series):
         first = s.first_us
         valued = [p for p in s.points if p.value_us is not None]
         if not first or len(valued) < 2:
@@ -75,7 +82,8 @@ def overview_png(h: History) -> bytes:
         top = rank < OVERVIEW_LINES
         ax.plot([p.version for p in valued], [(p.value_us - first) / first * 100 for p in valued],  # type: ignore[operator]
                 color=None if top else "#c8c8c8", linewidth=1.2 if top else 0.6,
-                label=f"{s.key} ({_pct(s.move_pct)})" if top else None, zorder=3 if top else 1)
+                label=f"{s.key} ({_pct(s.move_pct)})" if top else None,
+                zorder=3 + OVERVIEW_LINES - rank if top else 1)     # the largest move drawn last
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_xticks(range(len(h.versions)))
     ax.set_xticklabels([f"{v.date[:10]}\n{v.sha[:8]}" for v in h.versions], fontsize=6, rotation=45)
@@ -85,7 +93,11 @@ def overview_png(h: History) -> bytes:
     if h.series:
         ax.legend(fontsize=6, loc="best", framealpha=0.8)
     fig.tight_layout()
-    return figure_png(fig)
+    return fig
+
+
+def overview_png(h: History) -> bytes:
+    return figure_png(overview_figure(h))
 
 
 def _lead(h: History) -> str:
@@ -146,8 +158,8 @@ td:nth-child(7){{text-align:left;font-size:11px}}</style></head><body>
 <h1>Perf history: {esc(h.arch)} {esc(h.toolchain)}</h1>
 <p>{esc(_lead(h))} Passes: {esc(passes)}.</p>
 <p>Value: trimmed mean; band: max(noise, between-run noise). Marks: K the shape's code objects changed,
-C src/mha/configs changed between the measured commits, T the Triton version changed.
-Click a column heading to sort; largest move first.</p>
+C src/mha/configs changed between the measured commits, T the Triton version changed; a plot's x axis
+is the number of the version in the list at the bottom. Click a column heading to sort; largest move first.</p>
 <img alt="every shape against its first value" src="overview.png">
 <table><thead><tr><th>shape</th><th>pass</th><th>first us</th><th>last us</th><th>move</th><th>versions</th>
 <th>marks</th><th>series</th></tr></thead><tbody>

@@ -10,6 +10,8 @@ import pytest
 
 from mha_ci.cli import main
 from mha_ci.errors import ExitCode
+from mha_ci.perf import history_report
+from mha_ci.perf.history import history
 
 FWD_A = "dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1"
 FWD_B = "dense_b1_hq64_hk8_sq8192_sk8192_dqk128_dv128_c1"
@@ -171,3 +173,38 @@ def test_refresh_pr_body_points_each_moved_shape_to_history_and_bisect():
             f"--shape '{BWD}' --out out/bisect/triton-3.4/{BWD}`") in where
     assert f"triton-3.4/index.html#{BWD}" in where
     assert f"`{FWD_A}`" not in where              # +0.5 %: it did not move
+
+
+def test_shape_plot_names_each_version_once(repo):
+    """Refreshes on one day must stay apart on the x axis: the ticks are the page's version numbers."""
+    h = history(repo, "sm90", "triton-3.4")
+    fig = history_report.shape_figure(h, h.series[0])
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    history_report.pyplot().close(fig)
+    assert labels == [str(i) for i in range(len(h.versions))]
+
+
+def test_shape_plot_mark_letters_sit_above_the_plot_apart(repo):
+    """A letter drawn inside the axes crosses its own dashed line and the series; two marks of one
+    version (K and C) must not cover each other."""
+    h = history(repo, "sm90", "triton-3.4")
+    fig = history_report.shape_figure(h, series_of(h, FWD_A))
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    boxes = {t.get_text(): t.get_window_extent() for t in ax.texts}
+    history_report.pyplot().close(fig)
+    assert sorted(boxes) == ["C", "K", "T"]
+    assert all(b.y0 >= ax.bbox.y1 for b in boxes.values())
+    assert not boxes["K"].overlaps(boxes["C"])
+
+
+def test_overview_legend_lists_largest_move_first(repo):
+    h = history(repo, "sm90", "triton-3.4")
+    fig = history_report.overview_figure(h)
+    names = [t.get_text().split(" ")[0] for t in fig.axes[0].get_legend().get_texts()]
+    history_report.pyplot().close(fig)
+    assert names == [s.key for s in h.series] == [FWD_A, BWD, FWD_B]
+
+
+def series_of(h, key: str):
+    return next(s for s in h.series if s.key == key)
