@@ -38,13 +38,6 @@ def git(repo: Path, *args: str) -> subprocess.CompletedProcess:
         raise EnvironmentProblem("perf bisect needs git on the PATH") from None
 
 
-def resolve(repo: Path, ref: str, option: str) -> str:
-    done = git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    if done.returncode != 0:
-        raise ConfigError(f"'{ref}' names no commit in {repo} (a branch, tag or sha is expected)", key=option)
-    return done.stdout.strip()
-
-
 def commit_range(repo: Path, good: str, bad: str) -> list[Commit]:
     """[good, ..., bad]: bad's first-parent chain down to good's history, oldest first. A usage
     error when good is not an ancestor of bad or is bad itself (nothing to search)."""

@@ -19,6 +19,7 @@ from mha_ci.bisect.gpu import Measurer, StepUnjudged
 from mha_ci.bisect.search import Outcome, Step, most_steps, search
 from mha_ci.bisect.state import State, open_state
 from mha_ci.errors import EnvironmentProblem, ExitCode
+from mha_ci.perf import base_checkout
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,8 @@ def log(message: str) -> None:
 def run(request: Request, code_objects: Callable[[], CodeObjectsFn], measurer: Callable[[str], Measurer]) -> int:
     """The whole bisect. `code_objects()` and `measurer(good commit)` make the stage functions
     once the usage checks passed, and only when the out folder lacks what they would compute."""
-    good = git_commits.resolve(request.repo, request.good, "--good")
-    bad = git_commits.resolve(request.repo, request.bad, "--bad")
+    good = base_checkout.resolve(request.repo, request.good, "--good")
+    bad = base_checkout.resolve(request.repo, request.bad, "--bad")
     history = git_commits.commit_range(request.repo, good, bad)
     state = open_state(request.out, {"good": good, "bad": bad, "arch": request.arch,
                                      "toolchain": request.toolchain, "pass": request.pass_,

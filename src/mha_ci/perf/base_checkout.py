@@ -31,11 +31,11 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
         raise EnvironmentProblem("--against needs git on the PATH") from None
 
 
-def resolve(repo: Path, ref: str) -> str:
-    """The commit `ref` names in `repo`; a ConfigError (exit 2) when it names none."""
+def resolve(repo: Path, ref: str, option: str = "--against") -> str:
+    """The commit `ref` names in `repo`; a ConfigError (exit 2) on `option` when it names none."""
     done = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if done.returncode != 0:
-        raise ConfigError(f"'{ref}' names no commit in {repo} (a branch, tag or sha is expected)", key="--against")
+        raise ConfigError(f"'{ref}' names no commit in {repo} (a branch, tag or sha is expected)", key=option)
     return done.stdout.decode().strip()
 
 
