@@ -1,6 +1,6 @@
 """Benchmark: TFLOP/s of mha vs torch SDPA (cuDNN and flash backends), bf16, forward and backward.
 
-    python -m mha.bench [--out FILE] [--sweep]
+    python -m mha.bench [--out FILE] [--sweep [--pass forward|backward]]
 
 All columns come from one run on one GPU, so the ratios compare like with like. Times are
 medians of triton.testing.do_bench. FLOPs: forward 2*B*Hq*Sq*Sk*(Dqk+Dv), halved for causal
@@ -122,11 +122,12 @@ def table() -> str:
     return "\n".join(rows)
 
 
-def sweep() -> str:
+def sweep(passes=("forward", "backward")) -> str:
     """Per-config TFLOP/s of mha alone (to choose the sm90 JSON values)."""
     rows = ["| shape | pass | config | TFLOP/s |", "|---|---|---|---|"]
+    chosen = [(p == "backward", FWD_SWEEP if p == "forward" else BWD_SWEEP) for p in passes]
     for shape in SHAPES:
-        for backward, cands in ((False, FWD_SWEEP), (True, BWD_SWEEP)):
+        for backward, cands in chosen:
             for cfg in cands:
                 t = _tflops(lambda: _ours(shape, backward, {"backward" if backward else "forward": cfg}),
                             shape, backward)
@@ -140,7 +141,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mha.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="also write the markdown table to this file")
     ap.add_argument("--sweep", action="store_true", help="time candidate configs of each pass instead")
+    ap.add_argument("--pass", dest="passes", choices=("forward", "backward"), action="append",
+                    help="with --sweep: only this pass (repeatable; default both)")
     args = ap.parse_args(argv)
+    if args.passes and not args.sweep:
+        ap.error("--pass goes with --sweep")
     if not torch.cuda.is_available():
         print("mha.bench needs a CUDA GPU", file=sys.stderr)
         return 3
@@ -148,7 +153,7 @@ def main(argv=None) -> int:
 
     header = (f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
               "bf16, TFLOP/s from do_bench medians\n\n")
-    text = header + (sweep() if args.sweep else table()) + "\n"
+    text = header + (sweep(tuple(args.passes or ("forward", "backward"))) if args.sweep else table()) + "\n"
     print(text)
     if args.out:
         with open(args.out, "w") as f:
