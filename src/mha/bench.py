@@ -1,6 +1,6 @@
 """Benchmark: TFLOP/s of mha vs torch SDPA (cuDNN and flash backends), bf16, forward and backward.
 
-    python -m mha.bench [--out FILE] [--sweep [--pass forward|backward]]
+    python -m mha.bench [--out FILE] [--sweep [--pass forward|forward-ws|backward]]
 
 All columns come from one run on one GPU, so the ratios compare like with like. Times are
 medians of triton.testing.do_bench. FLOPs: forward 2*B*Hq*Sq*Sk*(Dqk+Dv), halved for causal
@@ -24,14 +24,16 @@ FWD_SWEEP = [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s)
              for bm, bn, w, s in [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2),
                                   (128, 64, 8, 4), (128, 128, 4, 2), (64, 64, 4, 4), (128, 32, 4, 4)]]
 # The warp-specialized forward (mha.kernels.forward_ws, sm90): 4 warps, the pass adds the producer
-# group. 3 stages run as 2 before Triton 3.8 (the config guard); 128x128 with 3 stages passes
-# the shared memory limit (docs/records/2026-12-01-ws-forward-prep).
-FWD_SWEEP += [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=4, num_stages=s, warp_specialize=True)
-              for bm, bn, s in [(128, 128, 2), (128, 64, 2), (128, 64, 3)]]
+# group. BLOCK_M 64: larger tiles run as 64 (the guard ws-two-consumer-groups), and 3 stages as 2
+# before Triton 3.8 (docs/records/2026-12-01-h200-ws-forward).
+FWD_WS_SWEEP = [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=4, num_stages=s, warp_specialize=True)
+                for bm, bn, s in [(64, 128, 2), (64, 64, 2), (64, 128, 3), (64, 64, 3)]]
+SWEEPS = {"forward": FWD_SWEEP + FWD_WS_SWEEP, "forward-ws": FWD_WS_SWEEP}
 BWD_SWEEP = [dict(BLOCK_M1=m1, BLOCK_N1=n1, BLOCK_M2=m2, BLOCK_N2=n2, num_warps=w, num_stages=s)
              for m1, n1, m2, n2, w, s in [(32, 128, 128, 32, 4, 3), (32, 128, 128, 32, 8, 3),
                                           (64, 128, 128, 64, 8, 2), (64, 64, 64, 64, 4, 3),
                                           (32, 64, 64, 32, 4, 3)]]
+SWEEPS["backward"] = BWD_SWEEP
 
 
 def flops(shape, backward: bool) -> float:
@@ -125,7 +127,7 @@ def table() -> str:
 def sweep(passes=("forward", "backward")) -> str:
     """Per-config TFLOP/s of mha alone (to choose the sm90 JSON values)."""
     rows = ["| shape | pass | config | TFLOP/s |", "|---|---|---|---|"]
-    chosen = [(p == "backward", FWD_SWEEP if p == "forward" else BWD_SWEEP) for p in passes]
+    chosen = [(p == "backward", SWEEPS[p]) for p in passes]
     for shape in SHAPES:
         for backward, cands in chosen:
             for cfg in cands:
@@ -141,8 +143,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mha.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="also write the markdown table to this file")
     ap.add_argument("--sweep", action="store_true", help="time candidate configs of each pass instead")
-    ap.add_argument("--pass", dest="passes", choices=("forward", "backward"), action="append",
-                    help="with --sweep: only this pass (repeatable; default both)")
+    ap.add_argument("--pass", dest="passes", choices=sorted(SWEEPS), action="append",
+                    help="with --sweep: only these candidates (repeatable; default forward and backward; "
+                         "forward-ws: the warp-specialized forward ones)")
     args = ap.parse_args(argv)
     if args.passes and not args.sweep:
         ap.error("--pass goes with --sweep")

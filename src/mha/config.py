@@ -28,6 +28,11 @@ REQUIRED_KEYS = {
 # num_warps 4; docs/configs.md). A boolean, the only key that is not an integer.
 OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {"forward": ("warp_specialize",), "backward": ()}
 BOOLEAN_KEYS = ("warp_specialize",)
+# A forward bucket may also hold `unmasked`: a whole forward config (the keys above) used instead
+# of the bucket's own for problems without a causal or sliding-window band, whose key blocks
+# need no mask. The warp-specialized forward runs one loop and so masks every block; it pays
+# only where nothing is masked (docs/configs.md, "Warp-specialized forward").
+UNMASKED = "unmasked"
 
 
 def keys_of(pass_: str) -> set[str]:
@@ -63,11 +68,25 @@ def load_arch_configs(arch: str) -> dict:
             if missing:
                 raise ConfigFileError(f"{path}: {pass_}.{bucket} lacks keys {missing}")
             _check_booleans(section[bucket], f"{path}: {pass_}.{bucket}")
+            if UNMASKED in section[bucket]:
+                _check_unmasked(section[bucket][UNMASKED], pass_, f"{path}: {pass_}.{bucket}.{UNMASKED}")
     try:
         guards_mod.check_config(data, str(path), {p: keys_of(p) for p in PASSES}, select_bucket)
     except guards_mod.GuardError as exc:
         raise ConfigFileError(str(exc)) from None
     return data
+
+
+def _check_unmasked(cfg, pass_: str, where: str) -> None:
+    if pass_ != "forward":
+        raise ConfigFileError(f"{where}: only forward buckets may hold {UNMASKED!r}")
+    if not isinstance(cfg, dict):
+        raise ConfigFileError(f"{where}: must be an object of forward config keys, got {cfg!r}")
+    missing = [k for k in REQUIRED_KEYS[pass_] if k not in cfg]
+    unknown = sorted(set(cfg) - keys_of(pass_))
+    if missing or unknown:
+        raise ConfigFileError(f"{where}: lacks keys {missing}" if missing else f"{where}: unknown keys {unknown}")
+    _check_booleans(cfg, where)
 
 
 def _check_booleans(cfg: dict, where: str) -> None:
@@ -124,15 +143,20 @@ def apply_guards(pass_: str, arch: str, cfg: dict, dqk: int, dv: int, dtype: str
 
 
 def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: float,
-            override: dict | None = None) -> tuple[str, dict]:
+            override: dict | None = None, banded: bool = True) -> tuple[str, dict]:
     """(bucket, config) for one pass: file bucket, then an explicit override, then the guards.
 
     An explicit `config=` dict wins over the file; it may hold the keys of both passes (those of
     the other pass are ignored) or be {"forward": {...}, "backward": {...}}. The guards come last,
     so an override cannot launch a known miscompile (the tuner's candidates are overrides).
+    `banded`: the problem has a causal or sliding-window band; a problem without one takes the
+    bucket's `unmasked` config where it has one (before the override, which still wins).
     """
     bucket = select_bucket(pass_, dqk, dv, dtype, dropout_p)
     cfg = dict(load_arch_configs(arch)[pass_][bucket])
+    unmasked = cfg.pop(UNMASKED, None)
+    if unmasked is not None and not banded:
+        cfg = dict(unmasked)
     if override:
         nested = isinstance(override.get(pass_), dict)
         part = override[pass_] if nested else {k: v for k, v in override.items() if k not in PASSES}

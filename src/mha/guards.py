@@ -147,6 +147,14 @@ def reaches_bucket(guard: dict, bucket: str, select_bucket) -> bool:
                for lo, hi, dtype in _problems_of_buckets(select_bucket).get(bucket.split("+", 1)[0], ()))
 
 
+def _bucket_configs(section: dict):
+    """(bucket, config, suffix) of each bucket and of its `unmasked` config (mha.config)."""
+    for bucket, cfg in section.items():
+        yield bucket, cfg, ""
+        if isinstance(cfg, dict) and isinstance(cfg.get("unmasked"), dict):
+            yield bucket, cfg["unmasked"], ".unmasked"
+
+
 def check_config(data: dict, where: str, keys_of_pass: dict, select_bucket) -> list[dict]:
     """The guards of a parsed config file, checked; a bucket that holds a prohibited value for a
     problem it can reach is refused (GuardError). Toolchain conditions are ignored here: a
@@ -164,9 +172,10 @@ def check_config(data: dict, where: str, keys_of_pass: dict, select_bucket) -> l
         if "fallback" in guard:
             continue
         for pass_ in guard.get("passes", PASSES):
-            for bucket, cfg in data.get(pass_, {}).items():
+            for bucket, cfg, sub in _bucket_configs(data.get(pass_, {})):
                 bad = violations(guard, cfg)
                 if bad and reaches_bucket(guard, bucket, select_bucket):
+                    bucket = bucket + sub
                     raise GuardError(f"{where}: {pass_}.{bucket} uses {bad}, which guard {guard['id']!r} "
                                      f"forbids: {guard['why']}")
     return guards

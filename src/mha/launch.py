@@ -174,7 +174,8 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
     # gfx950 accepts only "ieee" (and bf16x3/x6 on 3.8), so "tf32" there failed to compile.
     precision = "ieee"
     specs = {}
-    bucket, cfg = config_mod.resolve("forward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config)
+    bucket, cfg = config_mod.resolve("forward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config,
+                                     banded=problem.bound_left or problem.bound_right)
     constexprs = dict(common, BLOCK_DQK=fwd_split[0], BLOCK_DQK2=fwd_split[1],
                       BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], HAS_SINK=problem.has_sink,
                       HAS_DROPOUT=problem.dropout, DOT_PRECISION=precision)
@@ -322,16 +323,21 @@ def _launch_tiles(spec: KernelSpec, kv_slices: int, group: int, seqlen: int, blo
     _launch(spec, grid, [*args, chunk])
 
 
-def _tma_ready(*tensors: torch.Tensor) -> None:
-    """What a device-side tensor descriptor (forward_ws) needs of each (rows, head dim) slice:
+def tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether a device-side tensor descriptor (forward_ws) can read each (rows, head dim) slice:
     a 16-byte aligned start, unit stride along the head dim, 16-byte multiples for the others."""
-    for t in tensors:
-        size = t.element_size()
-        if t.stride(-1) != 1 or t.data_ptr() % 16 or any(st * size % 16 for st in t.stride()[:-1]):
-            raise ValueError(f"the warp-specialized forward reads q, k and v through TMA descriptors, which need "
-                             f"16-byte aligned storage and strides with a contiguous head dim; got strides "
-                             f"{tuple(t.stride())} of {t.dtype} at address {t.data_ptr():#x}; pass contiguous "
-                             f"tensors or a config without warp_specialize")
+    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+               and all(st * t.element_size() % 16 == 0 for st in t.stride()[:-1]) for t in tensors)
+
+
+def without_warp_specialization(spec: KernelSpec) -> KernelSpec:
+    """The plain forward with the same tiles, warps and stages: what runs for inputs the
+    warp-specialized one cannot read through TMA (a config is chosen per problem, before the
+    tensors' layout is known)."""
+    constexprs = {k: v for k, v in spec.constexprs.items() if k != "WARP_SPECIALIZE"}
+    signature = {n: t for n, t in spec.signature.items() if n != "WARP_SPECIALIZE"}
+    return KernelSpec(spec.name, attn_fwd, _ordered(attn_fwd, signature, constexprs), constexprs,
+                      spec.num_warps, spec.num_stages, spec.bucket, spec.pass_)
 
 
 def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
@@ -341,8 +347,9 @@ def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
 
 def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_scale: float,
             window: tuple[int, int], dropout_p: float, rng: tuple[int, int]):
+    if spec.fn is attn_fwd_ws and not tma_ready(q, k, v):
+        spec = without_warp_specialization(spec)
     if spec.fn is attn_fwd_ws:
-        _tma_ready(q, k, v)
         if q.is_cuda:
             # Per call, not once: Triton 3.8 keeps the allocator in a context variable (per thread).
             triton.set_allocator(_scratch)

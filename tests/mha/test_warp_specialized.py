@@ -4,6 +4,8 @@ float64 reference. On the CPU the interpreter runs it (tensor descriptors includ
 warp-specialization pass itself only runs in a GPU compile, see
 docs/records/2026-12-01-ws-forward-prep). Shapes stay small: a few seconds per case.
 """
+import json
+
 import pytest
 import torch
 
@@ -13,7 +15,8 @@ from mha import config, launch
 from mha.kernels.forward import attn_fwd
 from mha.kernels.forward_ws import attn_fwd_ws
 
-WS = {"forward": {"warp_specialize": True}}
+# num_warps 4: the only count the Hopper pass acts on, so that a GPU run tests the specialized code.
+WS = {"forward": {"warp_specialize": True, "num_warps": 4}}
 
 
 def test_warp_specialize_selects_the_ws_kernel_and_only_for_the_forward():
@@ -49,23 +52,39 @@ def test_ws_three_stages_fall_back_to_two_before_triton_38(monkeypatch, version,
     assert plain["num_stages"] == 3          # the plain kernel's 3 stages are not the miscompile
 
 
-def test_ws_refuses_strides_tma_cannot_take():
+def test_tma_ready_needs_16_byte_strides_and_a_contiguous_head_dim():
     q = torch.randn(1, 8, 2, 41, dtype=torch.float16)[..., :40]   # row stride 82 bytes
     k = torch.randn(1, 8, 2, 40, dtype=torch.float16)
-    with pytest.raises(ValueError, match="TMA descriptors"):
-        launch._tma_ready(q, k, k)
-    launch._tma_ready(q.contiguous(), k, k)
+    assert not launch.tma_ready(q, k, k)
+    assert not launch.tma_ready(k.transpose(-1, -2).contiguous().transpose(-1, -2), k, k)
+    assert launch.tma_ready(q.contiguous(), k, k)
+
+
+def test_inputs_tma_cannot_read_run_the_plain_forward_with_the_same_tiles(monkeypatch, device):
+    launched = []
+    monkeypatch.setattr(launch, "LAUNCH_OBSERVERS", [lambda spec, _kernel: launched.append(spec)])
+    # One head of 36 fp16: a row stride of 72 bytes, which a TMA descriptor cannot take.
+    run_dense(Case(1, 33, 20, 1, 1, 36, 36), torch.float16, device, backward=False,
+              config={"forward": {"warp_specialize": True, "num_warps": 4, "BLOCK_M": 32, "BLOCK_N": 16}})
+    fwd = [s for s in launched if s.name == "fwd"]
+    assert fwd and all(s.fn is attn_fwd for s in fwd)
+    assert "WARP_SPECIALIZE" not in fwd[0].constexprs and fwd[0].num_warps == 4
+    assert (fwd[0].constexprs["BLOCK_M"], fwd[0].constexprs["BLOCK_N"]) == (32, 16)
 
 
 # Head dims whose row strides are multiples of 16 elements: Triton 3.4's interpreter checks a
 # descriptor's strides in elements where the hardware counts bytes (3.8 counts bytes).
 DIMS = {"d64": (64, 64), "d80": (80, 80), "d128": (128, 128), "d192_128": (192, 128)}
+# Query tiles that fill one or both 64-row halves of a 128-row tile (the pass splits a tile
+# between two consumer groups), more queries than keys and fewer, ragged key blocks.
+LENGTHS = {"q45_k70": (45, 70), "q65_k40": (65, 40), "q193_k161": (193, 161)}
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("lengths", list(LENGTHS.values()), ids=list(LENGTHS))
 @pytest.mark.parametrize("dims", list(DIMS.values()), ids=list(DIMS))
-def test_ws_forward_against_reference(dims, causal, device):
-    run_dense(Case(2, 45, 70, 4, 2, *dims, causal=causal), torch.float16, device, backward=False, config=WS)
+def test_ws_forward_against_reference(dims, lengths, causal, device):
+    run_dense(Case(2, *lengths, 4, 2, *dims, causal=causal), torch.float16, device, backward=False, config=WS)
 
 
 @pytest.mark.parametrize("dtype", [dtype_param(torch.float16), dtype_param(torch.bfloat16)])
@@ -79,3 +98,76 @@ def test_ws_forward_varlen_with_empty_and_padded_tiles(device):
     # The grid is sized by the longest sequence: tiles past a short one loop over no key.
     run_varlen([5, 70, 0, 33], [40, 64, 7, 33], 4, 2, 64, 64, torch.float16, device, causal=True,
                backward=False, config=WS)
+
+
+UNMASKED = {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "warp_specialize": True}
+
+
+@pytest.fixture
+def sm90_file(tmp_path, monkeypatch):
+    """A copy of the shipped sm90 file, changed by the test through the returned function."""
+    shipped = config.config_path("sm90").read_text()
+
+    def write(change):
+        data = json.loads(shipped)
+        change(data)
+        (tmp_path / "sm90-MHA-DEFAULT.json").write_text(json.dumps(data))
+        config.load_arch_configs.cache_clear()
+    monkeypatch.setattr(config, "CONFIG_DIR", tmp_path)
+    yield write
+    config.load_arch_configs.cache_clear()
+
+
+@pytest.mark.parametrize("causal,window,warp_specialized", [(False, (-1, -1), True), (True, (-1, -1), False),
+                                                             (False, (64, 0), False), (False, (-1, 8), False)])
+def test_an_unmasked_config_serves_only_problems_without_a_band(sm90_file, causal, window, warp_specialized):
+    sm90_file(lambda d: d["forward"]["default"].update(unmasked=UNMASKED))
+    spec = launch.kernel_specs(launch.Problem("bf16", 128, 128, causal=causal, window=window), "sm90")["fwd"]
+    assert (spec.fn is attn_fwd_ws) is warp_specialized
+    tiles = (spec.constexprs["BLOCK_M"], spec.constexprs["BLOCK_N"], spec.num_warps, spec.num_stages)
+    plain = config.load_arch_configs("sm90")["forward"]["default"]
+    want = UNMASKED if warp_specialized else plain
+    assert tiles == (want["BLOCK_M"], want["BLOCK_N"], want["num_warps"], want["num_stages"])
+    assert spec.bucket == "default"
+
+
+def test_an_override_still_wins_over_the_unmasked_config(sm90_file):
+    sm90_file(lambda d: d["forward"]["default"].update(unmasked=UNMASKED))
+    spec = launch.kernel_specs(launch.Problem("bf16", 128, 128), "sm90", {"forward": {"num_stages": 1}})["fwd"]
+    assert spec.fn is attn_fwd_ws and spec.num_stages == 1 and spec.constexprs["BLOCK_N"] == 128
+
+
+@pytest.mark.parametrize("pass_,unmasked,message", [
+    ("forward", {"BLOCK_M": 128}, "lacks keys"),
+    ("forward", {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "BLOCK_M1": 1}, "unknown keys"),
+    ("forward", {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "warp_specialize": 1},
+     "warp_specialize must be true or false"),
+    ("forward", [128, 64], "must be an object"),
+    ("backward", {}, "only forward buckets"),
+])
+def test_unmasked_configs_are_checked_like_buckets(sm90_file, pass_, unmasked, message):
+    sm90_file(lambda d: d[pass_]["default"].update(unmasked=unmasked))
+    with pytest.raises(config.ConfigFileError, match=message):
+        config.load_arch_configs("sm90")
+
+
+def test_guards_reach_unmasked_configs(sm90_file):
+    def change(data):
+        # A shipped guard without its fallback: a prohibition, which check_config holds every bucket to.
+        data["guards"] = [{k: v for k, v in g.items() if k != "fallback"}
+                          for g in data["guards"] if g["id"] == "ws-two-consumer-groups"]
+        data["forward"]["default"]["unmasked"] = dict(UNMASKED, BLOCK_M=128)
+    sm90_file(change)
+    with pytest.raises(config.ConfigFileError, match=r"forward\.default\.unmasked uses \{'BLOCK_M': 128\}"):
+        config.load_arch_configs("sm90")
+
+
+@pytest.mark.parametrize("version", ["3.4.0", "3.6.0", "3.8.0"])
+def test_ws_tiles_of_more_than_64_rows_run_as_64(monkeypatch, version):
+    monkeypatch.setattr(config, "triton_version", lambda: version)
+    for block_m in (128, 256):
+        _, cfg = config.resolve("forward", "sm90", 128, 128, "bf16", 0.0,
+                                {"warp_specialize": True, "num_warps": 4, "BLOCK_M": block_m})
+        assert cfg["BLOCK_M"] == 64
+    _, plain = config.resolve("forward", "sm90", 128, 128, "bf16", 0.0, {"BLOCK_M": 128})
+    assert plain["BLOCK_M"] == 128

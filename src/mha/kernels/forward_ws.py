@@ -3,27 +3,54 @@
 Same arguments, grid and results as mha.kernels.forward.attn_fwd; what differs is only what the
 pass (`add_hopper_warpspec`, run for capability 8.x/9.x) needs before it splits a loop into a
 TMA producer warp group and consumer warp groups (docs/configs.md, "Warp-specialized forward"):
-- the key loops are `tl.range(..., warp_specialize=True)`;
+- the key loop is `tl.range(..., warp_specialize=True)`, the only loop (_fwd_ws_loop says why);
 - the kernel function holds no run-time if/else (the pass leaves a function with an `scf.if`
   that has an else region unchanged) and no early return: a tile past its sequence gets an
   empty key range and stores nothing, instead of returning;
 - Q, K and V come through device-side tensor descriptors (TMA). Their bounds replace the row
   and head-dim masks of the loads: rows past the sequence and columns past the head dim read
-  as zero. A descriptor needs a 16-byte aligned base and row strides (mha.launch checks them);
+  as zero. A descriptor needs a 16-byte aligned base and row strides (mha.launch runs
+  attn_fwd for inputs without them);
 - the launch uses 4 warps (the pass acts on nothing else; it adds the producer group itself).
+Tiles of more than 64 rows run as 64 (the sm90 guard ws-two-consumer-groups): with two consumer
+groups the pass computed the second one's rows wrong in every Triton measured.
 """
 import triton
 import triton.language as tl
 
-from .common import LN2, LOG2E, dropout_keep, key_ranges, slice_bounds, slice_offset, tile_order, visible
+from .common import LN2, LOG2E, dropout_keep, key_ranges, slice_bounds, slice_offset, tile_order
 from .forward import FWD_DO_NOT_SPECIALIZE
 
 
 @triton.jit
 def _head_desc(Base, rows, stride_s, HEAD: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    """Descriptor of a (rows, HEAD) slice read in [BLOCK_ROWS, BLOCK] tiles; out of bounds is 0."""
+    """Descriptor of a (rows, HEAD) slice read in [BLOCK_ROWS, BLOCK] tiles; out of bounds is 0.
+    rows >= 1 (a TMA dimension of 0 is an illegal instruction): see _slice_rows."""
     return tl.make_tensor_descriptor(Base, shape=[rows, HEAD], strides=[stride_s, 1],
                                      block_shape=[BLOCK_ROWS, BLOCK])
+
+
+@triton.jit
+def _slice_rows(start, length):
+    """(start, rows) for a descriptor of a sequence: an empty one (length 0, also what
+    sequence_bounds makes of a corrupt cu_seqlens entry, whose start may point anywhere) gets
+    row 0 of the tensor, which no load of it reaches (its key range and stores are empty)."""
+    return tl.where(length > 0, start, 0), tl.maximum(length, 1)
+
+
+@triton.jit
+def _band_mask(s, offs_m, start_n, offs_n0, diff, window_left, window_right,
+               BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr):
+    """common.visible's band for one key block, as one compare and one select per element and
+    side: the row's bounds are shifted by the block start once per row (row + diff + right -
+    start_n), not per element."""
+    if BOUND_RIGHT:
+        last = offs_m + (diff + window_right) - start_n
+        s = tl.where(offs_n0[None, :] <= last[:, None], s, float("-inf"))
+    if BOUND_LEFT:
+        first = offs_m + (diff - window_left) - start_n
+        s = tl.where(offs_n0[None, :] >= first[:, None], s, float("-inf"))
+    return s
 
 
 @triton.jit
@@ -34,9 +61,12 @@ def _fwd_ws_loop(acc, l_i, m_i, q, q2, k_desc, k2_desc, v_desc,
                  HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr,
                  BLOCK_DQK2: tl.constexpr, DOT_PRECISION: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """The key loop over [lo, hi), every block masked. One loop, not attn_fwd's three stages
-    (common.stage_span): with a second loop carrying the accumulator after the specialized one,
-    the pass's data partitioning fails in both pinned Tritons ("operation destroyed but still
-    has uses"). Every branch here is on a constexpr, so the loop body has no if/else."""
+    (common.stage_span): with a second loop carrying the accumulator, before or after the
+    specialized one and specialized or not, the pass fails in both pinned Tritons (an MLIR
+    dominance assertion, or "operation destroyed but still has uses"). So the mask is made
+    cheap instead: the key bound is an additive bias folded into the scaling multiply (one FMA),
+    and the band costs a compare and a select per element and side (_band_mask).
+    Every branch here is on a constexpr, so the loop body has no if/else."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         offs_n = start_n + offs_n0
@@ -46,10 +76,9 @@ def _fwd_ws_loop(acc, l_i, m_i, q, q2, k_desc, k2_desc, v_desc,
             k2 = k2_desc.load([start_n, BLOCK_DQK])
             s = tl.dot(q2, tl.trans(k2), acc=s, input_precision=DOT_PRECISION)
         # qk_scale holds log2(e) and may be negative: applied before the row max (as attn_fwd).
-        s = s * qk_scale
-        mask = visible(offs_m[:, None], offs_n[None, :], offs_n[None, :] < seqlen_k,
-                       diff, window_left, window_right, BOUND_LEFT, BOUND_RIGHT)
-        s = tl.where(mask, s, float("-inf"))
+        key_bias = tl.where(offs_n < seqlen_k, 0.0, float("-inf"))
+        s = s * qk_scale + key_bias[None, :]
+        s = _band_mask(s, offs_m, start_n, offs_n0, diff, window_left, window_right, BOUND_LEFT, BOUND_RIGHT)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         # A row that has seen no visible key yet keeps m = -inf: subtract 0 so exp2 gives 0.
         m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -88,18 +117,19 @@ def attn_fwd_ws(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
     diff = seqlen_k - seqlen_q
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_dv = tl.arange(0, BLOCK_DV)
-    q_desc = _head_desc(Q + slice_offset(b, q_start, h, stride_qb, stride_qs, stride_qh), seqlen_q, stride_qs,
-                        HEAD_DQK, BLOCK_M, BLOCK_DQK)
-    K_head = K + slice_offset(b, k_start, hk, stride_kb, stride_ks, stride_kh)
-    k_desc = _head_desc(K_head, seqlen_k, stride_ks, HEAD_DQK, BLOCK_N, BLOCK_DQK)
-    v_desc = _head_desc(V + slice_offset(b, k_start, hk, stride_vb, stride_vs, stride_vh), seqlen_k, stride_vs,
+    q_row0, q_rows = _slice_rows(q_start, seqlen_q)
+    k_row0, k_rows = _slice_rows(k_start, seqlen_k)
+    Q_head = Q + slice_offset(b, q_row0, h, stride_qb, stride_qs, stride_qh)
+    K_head = K + slice_offset(b, k_row0, hk, stride_kb, stride_ks, stride_kh)
+    q_desc = _head_desc(Q_head, q_rows, stride_qs, HEAD_DQK, BLOCK_M, BLOCK_DQK)
+    k_desc = _head_desc(K_head, k_rows, stride_ks, HEAD_DQK, BLOCK_N, BLOCK_DQK)
+    v_desc = _head_desc(V + slice_offset(b, k_row0, hk, stride_vb, stride_vs, stride_vh), k_rows, stride_vs,
                         HEAD_DV, BLOCK_N, BLOCK_DV)
     q = q_desc.load([m0, 0])
     if BLOCK_DQK2 > 0:
-        q2_desc = _head_desc(Q + slice_offset(b, q_start, h, stride_qb, stride_qs, stride_qh), seqlen_q,
-                             stride_qs, HEAD_DQK, BLOCK_M, BLOCK_DQK2)
+        q2_desc = _head_desc(Q_head, q_rows, stride_qs, HEAD_DQK, BLOCK_M, BLOCK_DQK2)
         q2 = q2_desc.load([m0, BLOCK_DQK])
-        k2_desc = _head_desc(K_head, seqlen_k, stride_ks, HEAD_DQK, BLOCK_N, BLOCK_DQK2)
+        k2_desc = _head_desc(K_head, k_rows, stride_ks, HEAD_DQK, BLOCK_N, BLOCK_DQK2)
     else:
         q2 = q
         k2_desc = k_desc
