@@ -5,6 +5,10 @@
 All columns come from one run on one GPU, so the ratios compare like with like. Times are
 medians of triton.testing.do_bench. FLOPs: forward 2*B*Hq*Sq*Sk*(Dqk+Dv), halved for causal
 (the flash-attn convention); backward 2.5x forward.
+
+Before a config of mha is timed, its results are checked (`check`): a kernel that computes wrong
+numbers is reported as wrong, not as fast (a miscompiled warp-specialized forward once timed at
+0.85x cuDNN: docs/records/2026-12-01-h200-ws-forward).
 """
 from __future__ import annotations
 
@@ -47,11 +51,47 @@ def key(shape) -> str:
     return f"b{b}_hq{hq}_hk{hk}_s{s}_dqk{dqk}_dv{dv}_c{int(causal)}"
 
 
-def _inputs(shape, requires_grad: bool):
+def _inputs(shape, requires_grad: bool, device="cuda", dtype=torch.bfloat16):
     b, hq, hk, s, dqk, dv, _ = shape
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    mk = lambda h, d: torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_(requires_grad)
+    gen = torch.Generator(device=device).manual_seed(0)
+    mk = lambda h, d: torch.randn(b, s, h, d, device=device, dtype=dtype, generator=gen).requires_grad_(requires_grad)
     return mk(hq, dqk), mk(hk, dqk), mk(hk, dv)
+
+
+def reduced(shape):
+    """One KV head and its query group: the same kernels, tiles and rows per program as `shape`,
+    with a reference small enough to hold (the float32 scores of b1 hq128 s8192 would not be)."""
+    b, hq, hk, s, dqk, dv, causal = shape
+    return (b, hq // hk, 1, s, dqk, dv, causal)
+
+
+def check(shape, backward: bool, config=None, device="cuda", dtype=torch.bfloat16) -> str | None:
+    """None when mha's results for `shape` (reduced) are right, else what is wrong. Right: every
+    output (and gradient) within max(2x the error of the same math in `dtype`, 1 % of its
+    largest value) of a float32 reference, with the same non-finite entries."""
+    import mha
+    from mha import reference
+
+    shape = reduced(shape)
+    q, k, v = _inputs(shape, backward, device, dtype)
+    out = mha.flash_attn_func(q, k, v, causal=shape[6], config=config)
+    do = torch.randn_like(out)
+    got = [out] + (list(torch.autograd.grad(out, (q, k, v), do)) if backward else [])
+    refs = {}
+    for compute in (torch.float32, dtype):
+        leaves = [t.detach().requires_grad_(backward) for t in (q, k, v)]
+        ref, _ = reference.attention(*leaves, causal=shape[6], compute_dtype=compute)
+        refs[compute] = [ref] + (list(torch.autograd.grad(ref, leaves, do.to(compute))) if backward else [])
+    for name, ours, exact, lowp in zip(("out", "dq", "dk", "dv"), got, refs[torch.float32], refs[dtype]):
+        ours, lowp = ours.float(), lowp.float()
+        finite = torch.isfinite(exact)
+        if not torch.equal(finite, torch.isfinite(ours)):
+            return f"{name}: non-finite entries where the reference has none (or the reverse)"
+        err = (ours - exact)[finite].abs().max().item()
+        tol = max(2 * (lowp - exact)[finite].abs().max().item(), 0.01 * max(1.0, exact[finite].abs().max().item()))
+        if err > tol:
+            return f"{name}: max error {err:.3g} > {tol:.3g}"
+    return None
 
 
 def _time(fn) -> float:
@@ -96,8 +136,14 @@ def _sdpa(shape, backward: bool, backend):
     return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
 
 
-def _tflops(make, shape, backward):
+def _tflops(make, shape, backward, verify=None):
+    """TFLOP/s; None when the backend has no kernel for the shape; "wrong" when `verify` (a
+    call returning what is wrong, or None) finds the results wrong, and then nothing is timed."""
     try:
+        wrong = verify() if verify else None
+        if wrong:
+            print(f"  {key(shape)} {'bwd' if backward else 'fwd'}: wrong: {wrong}", file=sys.stderr)
+            return "wrong"
         fn = make()
         ms = _time(fn)
     except Exception as e:  # a backend without a kernel for the shape
@@ -111,11 +157,11 @@ def table() -> str:
 
     rows = ["| shape | pass | mha TFLOP/s | cuDNN TFLOP/s | flash TFLOP/s | mha/cuDNN | mha/flash |",
             "|---|---|---|---|---|---|---|"]
-    fmt = lambda x: "n/a" if x is None else f"{x:.0f}"
-    ratio = lambda a, b: "n/a" if a is None or b is None else f"{a / b:.2f}"
+    fmt = lambda x: "n/a" if x is None else x if isinstance(x, str) else f"{x:.0f}"
+    ratio = lambda a, b: "n/a" if not isinstance(a, float) or b is None else f"{a / b:.2f}"
     for shape in SHAPES:
         for backward in (False, True):
-            ours = _tflops(lambda: _ours(shape, backward), shape, backward)
+            ours = _tflops(lambda: _ours(shape, backward), shape, backward, lambda: check(shape, backward))
             cudnn = _tflops(lambda: _sdpa(shape, backward, SDPBackend.CUDNN_ATTENTION), shape, backward)
             flash = _tflops(lambda: _sdpa(shape, backward, SDPBackend.FLASH_ATTENTION), shape, backward)
             rows.append(f"| {key(shape)} | {'bwd' if backward else 'fwd'} | {fmt(ours)} | {fmt(cudnn)} | "
@@ -131,10 +177,11 @@ def sweep(passes=("forward", "backward")) -> str:
     for shape in SHAPES:
         for backward, cands in chosen:
             for cfg in cands:
-                t = _tflops(lambda: _ours(shape, backward, {"backward" if backward else "forward": cfg}),
-                            shape, backward)
-                rows.append(f"| {key(shape)} | {'bwd' if backward else 'fwd'} | {cfg} | "
-                            f"{'fail' if t is None else f'{t:.0f}'} |")
+                override = {"backward" if backward else "forward": cfg}
+                t = _tflops(lambda: _ours(shape, backward, override), shape, backward,
+                            lambda: check(shape, backward, override))
+                shown = "fail" if t is None else t if isinstance(t, str) else f"{t:.0f}"
+                rows.append(f"| {key(shape)} | {'bwd' if backward else 'fwd'} | {cfg} | {shown} |")
                 print(rows[-1], flush=True)
     return "\n".join(rows)
 

@@ -1,0 +1,40 @@
+"""mha.bench's result check: a config is timed only after its results match a reference, so a
+miscompile (the warp-specialized forward's wrong rows, docs/records/2026-12-01-h200-ws-forward)
+is reported as wrong, never as fast. The check runs wherever mha runs (the interpreter here)."""
+import pytest
+import torch
+
+import mha
+from mha import bench
+
+SHAPE = (1, 4, 2, 40, 32, 32, True)   # (batch, Hq, Hk, S, Dqk, Dv, causal)
+FP16 = torch.float16                   # the interpreter refuses bf16 (mha.validation)
+
+
+def test_reduced_keeps_one_kv_head_and_its_query_group():
+    assert bench.reduced((8, 48, 8, 2048, 64, 64, True)) == (8, 6, 1, 2048, 64, 64, True)
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "bwd"])
+def test_right_results_pass(device, backward):
+    assert bench.check(SHAPE, backward, device=device, dtype=FP16) is None
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "bwd"])
+def test_wrong_rows_are_caught(device, monkeypatch, backward):
+    real = mha.flash_attn_func
+
+    def second_half_off(*args, **kwargs):
+        out = real(*args, **kwargs)
+        return torch.cat([out[:, :20], out[:, 20:] + 0.5], dim=1)   # rows 20.. off, as the miscompile was
+
+    monkeypatch.setattr(mha, "flash_attn_func", second_half_off)
+    assert bench.check(SHAPE, backward, device=device, dtype=FP16).startswith("out: max error")
+
+
+def test_a_wrong_config_is_not_timed(device, monkeypatch):
+    monkeypatch.setattr(bench, "check", lambda *a, **k: "out: max error 1 > 0.01")
+    timed = []
+    monkeypatch.setattr(bench, "_time", lambda fn: timed.append(fn) or 1.0)
+    assert bench._tflops(lambda: None, SHAPE, False, lambda: bench.check(SHAPE, False)) == "wrong"
+    assert not timed
