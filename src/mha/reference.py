@@ -76,3 +76,29 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, keep_mask=None, **k
         out[q0:q1] = o[0]
         lse[:, q0:q1] = l[0]
     return out, lse
+
+
+# Tolerances as flash-attn's tests: a result is right when its error against the exact reference
+# is at most max(2 x the error of the same math in the input dtype, a floor per dtype scaled by
+# the reference's magnitude). One rule for the kernel tests and mha.bench's check.
+TOLERANCE_FLOORS = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-5}
+
+
+def mismatch(name: str, got, exact, lowp, dtype) -> str | None:
+    """What is wrong with `got` (a kernel's result) against `exact` (the reference in float64 or
+    float32) by the rule above, `lowp` being the same math in `dtype`; None when it is right."""
+    got, lowp = got.to(exact.dtype), lowp.to(exact.dtype)
+    finite = torch.isfinite(exact)
+    if not torch.equal(finite, torch.isfinite(got)):
+        return f"{name}: inf/nan pattern differs from the reference"
+    if not finite.any():
+        return None
+    ref_err = (lowp[finite] - exact[finite]).abs().max().item()
+    scale = max(1.0, exact[finite].abs().max().item())
+    atol = max(2 * ref_err, TOLERANCE_FLOORS[dtype] * scale)
+    err = (got[finite] - exact[finite]).abs().max().item()
+    if err > atol:
+        return f"{name}: max error {err:.3g} > atol {atol:.3g} (low-precision ref error {ref_err:.3g})"
+    if not torch.equal(got[~finite], exact[~finite]):
+        return f"{name}: non-finite values differ"
+    return None

@@ -1,11 +1,10 @@
-"""Tolerances as flash-attn's tests: atol = max(2 x the error of a low-precision reference
-(same math in the input dtype), a floor per dtype scaled by the reference's magnitude)."""
+"""Tolerances as flash-attn's tests (mha.reference.mismatch: atol = max(2 x the error of a
+low-precision reference, a floor per dtype scaled by the reference's magnitude))."""
 import pytest
 import torch
 
 from conftest import BF16_ON_CPU, HAS_CUDA
-
-FLOORS = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-5}
+from mha import reference
 
 
 def dtype_param(dtype):
@@ -17,14 +16,5 @@ def dtype_param(dtype):
 
 def assert_close(name, got, ref64, lowp, dtype):
     """got: kernel result; ref64: float64 reference; lowp: the same math in low precision."""
-    got, lowp = got.double(), lowp.double()
-    finite = torch.isfinite(ref64)
-    assert torch.equal(finite, torch.isfinite(got)), f"{name}: inf/nan pattern differs from the reference"
-    if not finite.any():
-        return
-    ref_err = (lowp[finite] - ref64[finite]).abs().max().item()
-    scale = max(1.0, ref64[finite].abs().max().item())
-    atol = max(2 * ref_err, FLOORS[dtype] * scale)
-    err = (got[finite] - ref64[finite]).abs().max().item()
-    assert err <= atol, f"{name}: max error {err:.3g} > atol {atol:.3g} (low-precision ref error {ref_err:.3g})"
-    assert torch.equal(got[~finite], ref64[~finite]), f"{name}: non-finite values differ"
+    wrong = reference.mismatch(name, got, ref64, lowp, dtype)
+    assert wrong is None, wrong

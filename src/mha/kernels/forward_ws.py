@@ -18,7 +18,7 @@ groups the pass computed the second one's rows wrong in every Triton measured.
 import triton
 import triton.language as tl
 
-from .common import LN2, LOG2E, dropout_keep, key_ranges, slice_bounds, slice_offset, tile_order
+from .common import LN2, LOG2E, dropout_keep, key_ranges, slice_bounds, slice_offset, tile_order, visible
 from .forward import FWD_DO_NOT_SPECIALIZE
 
 
@@ -41,15 +41,12 @@ def _slice_rows(start, length):
 @triton.jit
 def _band_mask(s, offs_m, start_n, offs_n0, diff, window_left, window_right,
                BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr):
-    """common.visible's band for one key block, as one compare and one select per element and
-    side: the row's bounds are shifted by the block start once per row (row + diff + right -
-    start_n), not per element."""
-    if BOUND_RIGHT:
-        last = offs_m + (diff + window_right) - start_n
-        s = tl.where(offs_n0[None, :] <= last[:, None], s, float("-inf"))
-    if BOUND_LEFT:
-        first = offs_m + (diff - window_left) - start_n
-        s = tl.where(offs_n0[None, :] >= first[:, None], s, float("-inf"))
+    """common.visible's band for one key block, with the rows shifted by the block start (once
+    per row) so that the per-element work is against the block's own column offsets."""
+    if BOUND_LEFT or BOUND_RIGHT:
+        band = visible((offs_m - start_n)[:, None], offs_n0[None, :], True, diff, window_left, window_right,
+                       BOUND_LEFT, BOUND_RIGHT)
+        s = tl.where(band, s, float("-inf"))
     return s
 
 
@@ -65,7 +62,7 @@ def _fwd_ws_loop(acc, l_i, m_i, q, q2, k_desc, k2_desc, v_desc,
     specialized one and specialized or not, the pass fails in both pinned Tritons (an MLIR
     dominance assertion, or "operation destroyed but still has uses"). So the mask is made
     cheap instead: the key bound is an additive bias folded into the scaling multiply (one FMA),
-    and the band costs a compare and a select per element and side (_band_mask).
+    and only a causal or window band is masked per element (_band_mask).
     Every branch here is on a constexpr, so the loop body has no if/else."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
