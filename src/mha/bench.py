@@ -7,8 +7,8 @@ medians of triton.testing.do_bench. FLOPs: forward 2*B*Hq*Sq*Sk*(Dqk+Dv), halved
 (the flash-attn convention); backward 2.5x forward.
 
 Before a config of mha is timed, its results are checked (`check`): a kernel that computes wrong
-numbers is reported as wrong, not as fast (a miscompiled warp-specialized forward once timed at
-0.85x cuDNN: docs/records/2026-12-01-h200-ws-forward).
+numbers is reported as wrong, not as fast (a miscompile can be faster than the right code:
+docs/records/2026-12-01-h200-ws-forward).
 """
 from __future__ import annotations
 
