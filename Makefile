@@ -98,9 +98,11 @@ checksums: setup
 perf: $(STAMP)
 	$(MHA_CI) perf measure --out $(OUT)/perf
 
-# CPU images of every toolchain (the ROCm ones need a registry this machine cannot reach).
+# CPU images of every toolchain (the ROCm ones need a registry this machine cannot reach), both
+# at once: each build is mostly one process unpacking, copying and committing layers, so the two
+# together take little more than the longer one (docs/ci-timings.md).
 containers: $(STAMP) docker-setup
-	$(MHA_CI) containers build
+	$(MHA_CI) containers build --jobs 2
 
 # sm90 images of every toolchain (~3.5 GB of wheels and a ~7.5 GB image each; docs/containers.md).
 containers-cuda: $(STAMP) docker-setup

@@ -9,17 +9,23 @@ Dockerfile), each named by its reference `<registry>/<toolchain>-<platform>:<con
   tags     print each reference and whether it is here
 
 Default selection: the CPU images (`make containers`); --platform cuda the sm90 images.
+build --jobs N builds up to N images at once (default 1): an image build is mostly one process
+unpacking, copying and committing layers, so two CPU images built together take little more than
+the longer one alone (`make containers` uses 2; docs/ci-timings.md). Each image has its own
+context folder and build lock, so concurrent builds share nothing but the read-only base image.
 Exit 2 on a bad selection or registry, 3 when docker or the registry is unreachable or a
 build fails.
 """
 from __future__ import annotations
 
 import argparse
+import sys
+import threading
 import time
 
 from mha_ci.containers.engine import connect, ensure_image, in_registry, push
 from mha_ci.containers.images import LOCAL_REGISTRY, ImageSpec, discover, registry
-from mha_ci.errors import ConfigError, ExitCode
+from mha_ci.errors import ConfigError, ExitCode, MhaCiError
 from mha_ci.model.loader import load_pipeline
 
 
@@ -37,7 +43,17 @@ def register(sub) -> None:
         p.add_argument("--platform", action="append", choices=["cpu", "rocm", "cuda"])
         if name == "build":
             p.add_argument("--force", action="store_true", help="rebuild even if the image exists")
+            p.add_argument("--jobs", type=_positive, default=1, metavar="N",
+                           help="build up to N images at once (default 1); each log line then "
+                                "names its image")
         p.set_defaults(handler=handle)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def selected(args) -> list[ImageSpec]:
@@ -61,6 +77,8 @@ def handle(args) -> int:
             print(spec.reference())
         return ExitCode.OK
 
+    if args.containers_command == "build" and args.jobs > 1 and len(specs) > 1:
+        return _build_concurrently(specs, args.jobs, force=args.force)
     client = connect()
     for spec in specs:
         t0 = time.monotonic()
@@ -75,3 +93,49 @@ def handle(args) -> int:
             what += ", pushed"
         print(f"{built.tag}\t{what}\t{time.monotonic() - t0:.1f} s\t{built.id}", flush=True)
     return ExitCode.OK
+
+
+def _build_concurrently(specs: list[ImageSpec], jobs: int, *, force: bool) -> int:
+    """`build` of several images, up to `jobs` at a time, each in its own thread with its own
+    docker client. Every build runs to its end even when another fails (a docker build cannot
+    be stopped half-way from here without leaving it to dockerd); then the first failure in
+    selection order is raised (its exit code is the command's) and the others are printed.
+    Threads are daemons: Ctrl-C or SIGTERM ends the command at once (dockerd drops a build
+    whose client went away), as it does with one build."""
+    connect()   # an unreachable daemon fails once, before any thread starts
+    out_lock, slots = threading.Lock(), threading.BoundedSemaphore(jobs)
+    errors: dict[int, BaseException] = {}
+
+    def say(line: str, stream=sys.stdout) -> None:
+        with out_lock:   # one write per line: lines of concurrent builds never mix
+            stream.write(line + "\n")
+            stream.flush()
+
+    def one(index: int, spec: ImageSpec) -> None:
+        def log(line: str) -> None:   # docker's own lines already start with [build <name>]
+            say(line if line.startswith("[build ") else f"[{spec.name}] {line}")
+
+        with slots:
+            try:
+                t0 = time.monotonic()
+                built = ensure_image(connect(), spec, force=force, log=log)
+                what = "built" if built.built else ("pulled" if built.pulled else "up to date")
+                say(f"{built.tag}\t{what}\t{time.monotonic() - t0:.1f} s\t{built.id}")
+            except BaseException as e:   # re-raised in the main thread, in selection order
+                errors[index] = e
+
+    threads = [threading.Thread(target=one, args=(i, spec), name=f"build {spec.name}", daemon=True)
+               for i, spec in enumerate(specs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.5)   # a short join keeps Ctrl-C and SIGTERM answered at once
+    if not errors:
+        return ExitCode.OK
+    first = min(errors)
+    for index in sorted(errors)[1:]:
+        e = errors[index]
+        text = str(e) if isinstance(e, MhaCiError) else f"{type(e).__name__}: {e}"
+        say(f"mha-ci: also failed: {specs[index].name}: {text}", sys.stderr)
+    raise errors[first]

@@ -292,3 +292,112 @@ def test_tags_prints_every_reference_without_docker(repo_root, monkeypatch, caps
     lines = capsys.readouterr().out.split()
     assert len(lines) == 6 and all(line.startswith("ghcr.io/o/r/triton-3.") for line in lines)
     assert any("-cuda:" in line for line in lines)
+
+
+class _FakeBuilds:
+    """ensure_image and connect of `mha-ci containers build`, without docker: with `together`,
+    each build waits until that many have started (so a passing test proves they overlapped),
+    else it takes a moment; then it succeeds or raises what `fail` names for its image. The
+    most builds in flight at once is kept in `most`."""
+
+    def __init__(self, monkeypatch, fail: dict[str, BaseException] | None = None,
+                 together: int | None = 2):
+        import threading
+
+        from mha_ci.commands import containers as command
+
+        self.fail, self.started, self.clients = fail or {}, [], 0
+        self.together = threading.Barrier(together, timeout=30) if together else None
+        self.lock, self.in_flight, self.most = threading.Lock(), 0, 0
+        monkeypatch.setattr(command, "connect", self.connect)
+        monkeypatch.setattr(command, "ensure_image", self.ensure_image)
+
+    def connect(self):
+        self.clients += 1
+        return object()
+
+    def ensure_image(self, client, spec, *, force=False, log=print):
+        from mha_ci.containers.engine import BuiltImage
+
+        import time
+
+        with self.lock:
+            self.started.append(spec.name)
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+        if self.together:
+            self.together.wait()
+        else:
+            time.sleep(0.2)
+        log(f"building {spec.name}")
+        log(f"[build {spec.name}] Step 1/1 : FROM base")
+        with self.lock:
+            self.in_flight -= 1
+        if spec.name in self.fail:
+            raise self.fail[spec.name]
+        return BuiltImage(spec.reference(), f"sha256:{spec.name}", spec.base_image, "local:x",
+                          True, 0.0)
+
+
+def test_build_jobs_2_builds_the_cpu_images_at_once_and_names_each_line(repo_root, monkeypatch, capsys):
+    from mha_ci.cli import main
+
+    fake = _FakeBuilds(monkeypatch)
+    assert main(["--root", str(repo_root), "containers", "build", "--jobs", "2"]) == 0
+    assert sorted(fake.started) == ["triton-3.4-cpu", "triton-3.8-cpu"]
+    assert fake.clients == 3          # one ping up front, then one client per build thread
+    out = capsys.readouterr().out.splitlines()
+    for name in ("triton-3.4-cpu", "triton-3.8-cpu"):
+        assert f"[{name}] building {name}" in out          # mha-ci's own lines get the image's name
+        assert f"[build {name}] Step 1/1 : FROM base" in out  # docker's lines keep theirs
+        assert sum(line.startswith(f"localhost/mha-ci/{name}:") and "\tbuilt\t" in line for line in out) == 1
+
+
+def test_build_jobs_a_failed_build_lets_the_other_finish_and_sets_the_exit_code(repo_root, monkeypatch, capsys):
+    from mha_ci.cli import main
+    from mha_ci.containers.engine import BuildFailed
+
+    fake = _FakeBuilds(monkeypatch, fail={"triton-3.8-cpu": BuildFailed("3.8 failed at Step 4/9")})
+    assert main(["--root", str(repo_root), "containers", "build", "--jobs", "2"]) == 3
+    captured = capsys.readouterr()
+    assert sorted(fake.started) == ["triton-3.4-cpu", "triton-3.8-cpu"]
+    assert any(line.startswith("localhost/mha-ci/triton-3.4-cpu:") and "\tbuilt\t" in line
+               for line in captured.out.splitlines())
+    assert "3.8 failed at Step 4/9" in captured.err
+
+
+def test_build_jobs_both_failing_raise_the_first_and_print_the_other(repo_root, monkeypatch, capsys):
+    from mha_ci.cli import main
+    from mha_ci.containers.engine import BuildFailed
+
+    _FakeBuilds(monkeypatch, fail={"triton-3.4-cpu": BuildFailed("3.4 broke"),
+                                   "triton-3.8-cpu": RuntimeError("3.8 broke")})
+    assert main(["--root", str(repo_root), "containers", "build", "--jobs", "2"]) == 3
+    err = capsys.readouterr().err
+    assert "mha-ci: 3.4 broke" in err
+    assert "mha-ci: also failed: triton-3.8-cpu: RuntimeError: 3.8 broke" in err
+
+
+def test_build_jobs_1_builds_one_image_after_the_other(repo_root, monkeypatch, capsys):
+    from mha_ci.cli import main
+
+    fake = _FakeBuilds(monkeypatch, together=None)
+    assert main(["--root", str(repo_root), "containers", "build", "--jobs", "1"]) == 0
+    assert fake.started == ["triton-3.4-cpu", "triton-3.8-cpu"] and fake.most == 1
+
+
+def test_build_jobs_never_runs_more_builds_than_asked(repo_root, monkeypatch, capsys):
+    from mha_ci.cli import main
+
+    fake = _FakeBuilds(monkeypatch, together=None)
+    assert main(["--root", str(repo_root), "containers", "build", "--all", "--jobs", "2"]) == 0
+    assert len(fake.started) == 6 and fake.most <= 2   # 6 unlimited: each build takes 0.2 s
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1", "two"])
+def test_build_jobs_must_be_a_positive_integer(repo_root, jobs, capsys):
+    from mha_ci.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--root", str(repo_root), "containers", "build", "--jobs", jobs])
+    assert info.value.code == 2
