@@ -28,10 +28,10 @@ FWD_SWEEP = [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s)
              for bm, bn, w, s in [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2),
                                   (128, 64, 8, 4), (128, 128, 4, 2), (64, 64, 4, 4), (128, 32, 4, 4)]]
 # The warp-specialized forward (mha.kernels.forward_ws, sm90): 4 warps, the pass adds the producer
-# group. BLOCK_M 64: larger tiles run as 64 (the guard ws-two-consumer-groups), and 3 stages as 2
-# before Triton 3.8 (docs/records/2026-12-01-h200-ws-forward).
+# group, and a 128-row tile gets two consumer groups (one of 64 rows on the causal shapes: the
+# guard ws-two-consumer-groups-band-or-dropout); 3 stages run as 2 before Triton 3.8.
 FWD_WS_SWEEP = [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=4, num_stages=s, warp_specialize=True)
-                for bm, bn, s in [(64, 128, 2), (64, 64, 2), (64, 128, 3), (64, 64, 3)]]
+                for bm, bn, s in [(128, 128, 2), (128, 64, 2), (128, 128, 1), (128, 64, 3), (64, 128, 2)]]
 SWEEPS = {"forward": FWD_SWEEP + FWD_WS_SWEEP, "forward-ws": FWD_WS_SWEEP}
 BWD_SWEEP = [dict(BLOCK_M1=m1, BLOCK_N1=n1, BLOCK_M2=m2, BLOCK_N2=n2, num_warps=w, num_stages=s)
              for m1, n1, m2, n2, w, s in [(32, 128, 128, 32, 4, 3), (32, 128, 128, 32, 8, 3),

@@ -132,12 +132,14 @@ def select_bucket(pass_: str, dqk: int, dv: int, dtype: str, dropout_p: float) -
     return "default"
 
 
-def apply_guards(pass_: str, arch: str, cfg: dict, dqk: int, dv: int, dtype: str) -> dict:
+def apply_guards(pass_: str, arch: str, cfg: dict, dqk: int, dv: int, dtype: str,
+                 band_or_dropout: bool | None = None) -> dict:
     """`cfg` with the guards of the arch's file applied (mha.guards.enforce): replacements made,
-    prohibitions raised as ConfigFileError."""
+    prohibitions raised as ConfigFileError. band_or_dropout None: not known (every guard whose
+    other conditions hold applies)."""
     try:
         return guards_mod.enforce(load_arch_configs(arch).get("guards", []), pass_, cfg, dqk, dv, dtype,
-                                  triton_version())
+                                  triton_version(), band_or_dropout)
     except guards_mod.GuardError as exc:
         raise ConfigFileError(str(exc)) from None
 
@@ -170,4 +172,4 @@ def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: flo
         if mine:
             cfg.update(mine)
             bucket = f"{bucket}+override"
-    return bucket, apply_guards(pass_, arch, cfg, dqk, dv, dtype)
+    return bucket, apply_guards(pass_, arch, cfg, dqk, dv, dtype, banded or dropout_p > 0)

@@ -16,7 +16,10 @@ path and judges candidates with the very same rules the kernel applies.
 `when` keys (all given must hold): `head_dim_at_most` N: the smaller of Dqk and Dv is <= N (a
 dot with a 16-wide operand); `head_dim_above` N: the larger head dim is > N; `dtype`: a list of
 "fp16" | "bf16" | "fp32"; `config` {key: value}: the config holds each of these values (a setting
-that miscompiles only beside another, e.g. num_stages 3 only in a warp-specialized loop).
+that miscompiles only beside another, e.g. num_stages 3 only in a warp-specialized loop);
+`band_or_dropout` true/false: the problem has (or has not) a causal or sliding-window band or
+dropout, the features that make the key loop's work depend on the query row. Where a caller does
+not know the problem's features (the tuner, judging a whole bucket), this condition counts as met.
 
 Two kinds, by whether a fallback is given:
 - with `fallback` (a *replacement*): for a problem the guard applies to, a forbidden value is
@@ -31,7 +34,7 @@ import functools
 import re
 
 PASSES = ("forward", "backward")
-WHEN_KEYS = ("head_dim_at_most", "head_dim_above", "dtype", "config")
+WHEN_KEYS = ("head_dim_at_most", "head_dim_above", "dtype", "config", "band_or_dropout")
 GUARD_KEYS = {"id", "triton", "passes", "when", "forbid", "fallback", "why"}
 DTYPES = ("fp16", "bf16", "fp32")
 MAX_HEAD_DIM = 256
@@ -73,6 +76,8 @@ def _check_when(when: dict, where: str, keys: set[str]) -> None:
     for name in with_config:
         if name not in keys:
             raise GuardError(f"{where}: when.config names {name!r}, not a config key ({sorted(keys)})")
+    if not isinstance(when.get("band_or_dropout", False), bool):
+        raise GuardError(f"{where}: when.band_or_dropout must be true or false")
 
 
 def check_guard(guard: dict, where: str, keys: set[str]) -> None:
@@ -103,8 +108,10 @@ def check_guard(guard: dict, where: str, keys: set[str]) -> None:
             raise GuardError(f"{where}: fallback.{name}={value} is itself forbidden")
 
 
-def applies_to_problem(guard: dict, dqk: int, dv: int, dtype: str) -> bool:
+def applies_to_problem(guard: dict, dqk: int, dv: int, dtype: str, band_or_dropout: bool | None = None) -> bool:
     when = guard.get("when", {})
+    if band_or_dropout is not None and when.get("band_or_dropout", band_or_dropout) != band_or_dropout:
+        return False
     if "head_dim_at_most" in when and not min(dqk, dv) <= when["head_dim_at_most"]:
         return False
     if "head_dim_above" in when and not max(dqk, dv) > when["head_dim_above"]:
@@ -182,11 +189,12 @@ def check_config(data: dict, where: str, keys_of_pass: dict, select_bucket) -> l
 
 
 def enforce(guards: list[dict], pass_: str, cfg: dict, dqk: int, dv: int, dtype: str,
-            triton_version: str | None) -> dict:
+            triton_version: str | None, band_or_dropout: bool | None = None) -> dict:
     """The config to launch: replacements applied, prohibitions raised (GuardError)."""
     cfg = dict(cfg)
     for guard in guards:
-        if not applies(guard, pass_, triton_version) or not applies_to_problem(guard, dqk, dv, dtype):
+        if not applies(guard, pass_, triton_version) or not applies_to_problem(guard, dqk, dv, dtype,
+                                                                               band_or_dropout):
             continue
         bad = violations(guard, cfg)
         if not bad:

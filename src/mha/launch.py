@@ -37,7 +37,7 @@ from . import config as config_mod
 from .kernels import backward as bwd_kernels
 from .kernels.backward import attn_bwd_dkdv, attn_bwd_dq, attn_bwd_preprocess
 from .kernels.forward import FWD_DO_NOT_SPECIALIZE, attn_fwd
-from .kernels.forward_ws import attn_fwd_ws
+from .kernels.forward_ws import LSE_COPIES, attn_fwd_ws
 
 DO_NOT_SPECIALIZE = {"fwd": FWD_DO_NOT_SPECIALIZE, "bwd_preprocess": bwd_kernels.PREPROCESS_DO_NOT_SPECIALIZE,
                      "bwd_dkdv": bwd_kernels.DKDV_DO_NOT_SPECIALIZE, "bwd_dq": bwd_kernels.DQ_DO_NOT_SPECIALIZE}
@@ -324,7 +324,7 @@ def _launch_tiles(spec: KernelSpec, kv_slices: int, group: int, seqlen: int, blo
 
 
 def tma_ready(*tensors: torch.Tensor) -> bool:
-    """Whether a device-side tensor descriptor (forward_ws) can read each (rows, head dim) slice:
+    """Whether a device-side tensor descriptor (forward_ws) can read or write each (rows, head dim) slice:
     a 16-byte aligned start, unit stride along the head dim, 16-byte multiples for the others."""
     return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0
                and all(st * t.element_size() % 16 == 0 for st in t.stride()[:-1]) for t in tensors)
@@ -347,26 +347,31 @@ def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
 
 def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_scale: float,
             window: tuple[int, int], dropout_p: float, rng: tuple[int, int]):
-    if spec.fn is attn_fwd_ws and not tma_ready(q, k, v):
-        spec = without_warp_specialization(spec)
-    if spec.fn is attn_fwd_ws:
-        if q.is_cuda:
-            # Per call, not once: Triton 3.8 keeps the allocator in a context variable (per thread).
-            triton.set_allocator(_scratch)
     if geo.varlen:
         out = torch.empty((q.shape[0], geo.heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
         lse = torch.empty((geo.heads_q, q.shape[0]), dtype=torch.float32, device=q.device)
     else:
         out = torch.empty((geo.batch, geo.seqlen_q, geo.heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
         lse = torch.empty((geo.batch, geo.heads_q, geo.seqlen_q), dtype=torch.float32, device=q.device)
+    if spec.fn is attn_fwd_ws and not tma_ready(q, k, v, out):
+        spec = without_warp_specialization(spec)
+    if spec.fn is attn_fwd_ws:
+        if q.is_cuda:
+            # Per call, not once: Triton 3.8 keeps the allocator in a context variable (per thread).
+            triton.set_allocator(_scratch)
     dummy_i32 = cu_q if cu_q is not None else torch.empty(1, dtype=torch.int32, device=q.device)
-    args = [q, k, v, sink if sink is not None else lse, out, lse,
+    # attn_fwd_ws writes lse through a descriptor, LSE_COPIES floats a row (forward_ws says why).
+    lse_out = torch.empty((*lse.shape, LSE_COPIES.value), dtype=lse.dtype, device=lse.device) \
+        if spec.fn is attn_fwd_ws else lse
+    args = [q, k, v, sink if sink is not None else lse, out, lse_out,
             dummy_i32, cu_k if cu_k is not None else dummy_i32,
-            *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(out), *geo.lse_strides(lse),
+            *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(out), *geo.lse_strides(lse_out),
             *geo.kernel_seqlens(), geo.heads_q, geo.heads_q // geo.heads_k, window[0], window[1],
             softmax_scale * LOG2E, dropout_p, rng[0], rng[1], geo.seqlen_k]
     _launch_tiles(spec, geo.batch * geo.heads_k, geo.heads_q // geo.heads_k, geo.seqlen_q,
                   spec.constexprs["BLOCK_M"], args)
+    if lse_out is not lse:
+        lse.copy_(lse_out[..., 0])
     return out, lse
 
 

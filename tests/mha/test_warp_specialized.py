@@ -89,15 +89,18 @@ def test_ws_forward_against_reference(dims, lengths, causal, device):
 
 @pytest.mark.parametrize("dtype", [dtype_param(torch.float16), dtype_param(torch.bfloat16)])
 @pytest.mark.parametrize("feature", [dict(window=(8, 4)), dict(sink=True, causal=True, window=(12, 0)),
-                                     dict(causal=True)], ids=["window", "sink_causal_window", "causal_q_gt_k"])
+                                     dict(causal=True), dict(sink=True)],
+                         ids=["window", "sink_causal_window", "causal_q_gt_k", "sink"])
 def test_ws_forward_features_and_backward(feature, dtype, device):
     run_dense(Case(1, 70, 45, 2, 1, 64, 64, **feature), dtype, device, config=WS)
 
 
-def test_ws_forward_varlen_with_empty_and_padded_tiles(device):
-    # The grid is sized by the longest sequence: tiles past a short one loop over no key.
-    run_varlen([5, 70, 0, 33], [40, 64, 7, 33], 4, 2, 64, 64, torch.float16, device, causal=True,
-               backward=False, config=WS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_ws_forward_varlen_with_empty_and_padded_tiles(causal, device):
+    # The grid is sized by the longest sequence: tiles past a short one loop over no key, and
+    # store nothing (an empty sequence's descriptor has one row, at row 0 of the tensor).
+    run_varlen([5, 70, 0, 33], [40, 64, 7, 33], 4, 2, 64, 64, torch.float16, device, causal=causal,
+               config=WS)
 
 
 UNMASKED = {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "warp_specialize": True}
@@ -155,19 +158,33 @@ def test_guards_reach_unmasked_configs(sm90_file):
     def change(data):
         # A shipped guard without its fallback: a prohibition, which check_config holds every bucket to.
         data["guards"] = [{k: v for k, v in g.items() if k != "fallback"}
-                          for g in data["guards"] if g["id"] == "ws-two-consumer-groups"]
-        data["forward"]["default"]["unmasked"] = dict(UNMASKED, BLOCK_M=128)
+                          for g in data["guards"] if g["id"] == "ws-stages-above-2-before-3.8"]
+        data["forward"]["default"]["unmasked"] = dict(UNMASKED, num_stages=3)
     sm90_file(change)
-    with pytest.raises(config.ConfigFileError, match=r"forward\.default\.unmasked uses \{'BLOCK_M': 128\}"):
+    with pytest.raises(config.ConfigFileError, match=r"forward\.default\.unmasked uses \{'num_stages': 3\}"):
         config.load_arch_configs("sm90")
 
 
 @pytest.mark.parametrize("version", ["3.4.0", "3.6.0", "3.8.0"])
-def test_ws_tiles_of_more_than_64_rows_run_as_64(monkeypatch, version):
+@pytest.mark.parametrize("banded,dropout_p,block_m", [(False, 0.0, 128), (True, 0.0, 64), (False, 0.1, 64)],
+                         ids=["no_band", "band", "dropout"])
+def test_ws_tiles_of_128_rows_only_without_a_band_or_dropout(monkeypatch, version, banded, dropout_p, block_m):
+    # Two consumer groups of 64 rows: right once O and lse go through descriptors, but not with
+    # a band mask in the loop (docs/records/2026-12-01-h200-ws-repro); dropout masks per row too.
     monkeypatch.setattr(config, "triton_version", lambda: version)
-    for block_m in (128, 256):
-        _, cfg = config.resolve("forward", "sm90", 128, 128, "bf16", 0.0,
-                                {"warp_specialize": True, "num_warps": 4, "BLOCK_M": block_m})
-        assert cfg["BLOCK_M"] == 64
-    _, plain = config.resolve("forward", "sm90", 128, 128, "bf16", 0.0, {"BLOCK_M": 128})
+    _, cfg = config.resolve("forward", "sm90", 128, 128, "bf16", dropout_p,
+                            {"warp_specialize": True, "num_warps": 4, "BLOCK_M": 128}, banded=banded)
+    assert cfg["BLOCK_M"] == block_m
+    _, plain = config.resolve("forward", "sm90", 128, 128, "bf16", dropout_p, {"BLOCK_M": 128}, banded=banded)
     assert plain["BLOCK_M"] == 128
+
+
+def test_a_guard_on_band_or_dropout_must_say_true_or_false():
+    from mha import guards
+    guard = {"id": "g", "forbid": {"BLOCK_M": [128]}, "why": "w", "when": {"band_or_dropout": "yes"}}
+    with pytest.raises(guards.GuardError, match="band_or_dropout must be true or false"):
+        guards.check_guard(guard, "f", {"BLOCK_M"})
+    guard["when"]["band_or_dropout"] = True
+    assert guards.applies_to_problem(guard, 64, 64, "fp16", True)
+    assert not guards.applies_to_problem(guard, 64, 64, "fp16", False)
+    assert guards.applies_to_problem(guard, 64, 64, "fp16")     # not known: counts as met

@@ -7,19 +7,28 @@ TMA producer warp group and consumer warp groups (docs/configs.md, "Warp-special
 - the kernel function holds no run-time if/else (the pass leaves a function with an `scf.if`
   that has an else region unchanged) and no early return: a tile past its sequence gets an
   empty key range and stores nothing, instead of returning;
-- Q, K and V come through device-side tensor descriptors (TMA). Their bounds replace the row
-  and head-dim masks of the loads: rows past the sequence and columns past the head dim read
-  as zero. A descriptor needs a 16-byte aligned base and row strides (mha.launch runs
+- Q, K, V and O go through device-side tensor descriptors (TMA). Their bounds replace the row
+  and head-dim masks: rows past the sequence and columns past the head dim read as zero and
+  are not stored. A descriptor needs a 16-byte aligned base and row strides (mha.launch runs
   attn_fwd for inputs without them);
 - the launch uses 4 warps (the pass acts on nothing else; it adds the producer group itself).
-Tiles of more than 64 rows run as 64 (the sm90 guard ws-two-consumer-groups): with two consumer
-groups the pass computed the second one's rows wrong in every Triton measured.
+A 128-row tile gets two consumer groups of 64 rows. With a causal or window band in the loop the
+pass computed the second group's rows wrong in every Triton measured, so for such problems (and
+dropout, which masks per row too) the sm90 guard ws-two-consumer-groups-band-or-dropout makes the
+tile 64 rows: one consumer group.
 """
+import os
+
 import triton
 import triton.language as tl
 
 from .common import LN2, LOG2E, dropout_keep, key_ranges, slice_bounds, slice_offset, tile_order, visible
 from .forward import FWD_DO_NOT_SPECIALIZE
+
+# Copies of each row's lse that attn_fwd_ws writes (a [rows, LSE_COPIES] float32 buffer): 4, a
+# 16-byte row. Triton 3.4's interpreter checks a descriptor's strides in elements, not bytes
+# (docs/records/2026-12-01-ws-forward-prep), so under the interpreter 16.
+LSE_COPIES = tl.constexpr(16 if os.environ.get("TRITON_INTERPRET", "0") == "1" else 4)
 
 
 @triton.jit
@@ -106,14 +115,14 @@ def attn_fwd_ws(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
                 IS_VARLEN: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
                 HAS_SINK: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
                 WARP_SPECIALIZE: tl.constexpr):
-    """Grid (chunk, cdiv(max seqlen_q, BLOCK_M), batch * Hq / chunk): see common.tile_order."""
+    """Grid (chunk, cdiv(max seqlen_q, BLOCK_M), batch * Hq / chunk): see common.tile_order.
+    Lse: LSE_COPIES float32 per row (stride_lb, stride_lh count floats of that buffer)."""
     bh, block_m = tile_order(tile_chunk, True)
     b, h, hk, q_start, seqlen_q, k_start, seqlen_k = slice_bounds(bh, num_heads_q, group_size, CuSeqlensQ,
                                                                   CuSeqlensK, seqlen_q, seqlen_k, IS_VARLEN)
     m0 = block_m * BLOCK_M
     diff = seqlen_k - seqlen_q
     offs_m = m0 + tl.arange(0, BLOCK_M)
-    offs_dv = tl.arange(0, BLOCK_DV)
     q_row0, q_rows = _slice_rows(q_start, seqlen_q)
     k_row0, k_rows = _slice_rows(k_start, seqlen_k)
     Q_head = Q + slice_offset(b, q_row0, h, stride_qb, stride_qs, stride_qh)
@@ -153,8 +162,15 @@ def attn_fwd_ws(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2)
-    row_ok = offs_m < seqlen_q
-    O_head = Out + slice_offset(b, q_start, h, stride_ob, stride_os, stride_oh)
-    tl.store(O_head + offs_m[:, None] * stride_os + offs_dv[None, :], out.to(Out.dtype.element_ty),
-             mask=row_ok[:, None] & (offs_dv[None, :] < HEAD_DV))
-    tl.store(Lse + slice_offset(b, q_start, h, stride_lb, 1, stride_lh) + offs_m, lse, mask=row_ok)
+    # O and lse through descriptors too: with masked pointer stores here, the pass computed the
+    # second consumer group's rows wrong (docs/records/2026-12-01-h200-ws-repro). Their bounds drop
+    # the rows past the sequence and the columns past the head dim; a tile of an empty sequence
+    # stores at row q_rows, past its one-row descriptor, so nothing. Lse holds 4 copies of each
+    # row's value (16 bytes, the least a TMA row may be); mha.launch keeps the first.
+    row = tl.where(m0 < seqlen_q, m0, q_rows)
+    o_desc = _head_desc(Out + slice_offset(b, q_row0, h, stride_ob, stride_os, stride_oh), q_rows, stride_os,
+                        HEAD_DV, BLOCK_M, BLOCK_DV)
+    o_desc.store([row, 0], out.to(Out.dtype.element_ty))
+    lse_desc = _head_desc(Lse + slice_offset(b, q_row0, h, stride_lb, LSE_COPIES, stride_lh), q_rows, LSE_COPIES,
+                          LSE_COPIES, BLOCK_M, LSE_COPIES)
+    lse_desc.store([row, 0], lse[:, None] + tl.zeros([BLOCK_M, LSE_COPIES], dtype=tl.float32))

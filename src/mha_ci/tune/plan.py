@@ -36,8 +36,9 @@ def build(root: Path, pipeline, arch_name: str, toolchain_name: str, pass_: str,
     guards = config.get("guards", [])
     version = triton_pin(toolchain)
     buckets, items = [], []
+    chosen = [targets.own_config_shapes(t, config[pass_][t.bucket]) for t in chosen]
     for target in chosen:
-        current = config[pass_][target.bucket]
+        current = own_config(config[pass_][target.bucket])
         cands = space.candidates(arch.vendor, pass_, current)
         decisions = prune.by_guards(cands, module, guards, pass_, target.bucket, version)
         problem = targets.compile_problem(target, pass_)
@@ -53,7 +54,8 @@ def build(root: Path, pipeline, arch_name: str, toolchain_name: str, pass_: str,
                 if k.split("/", 1)[0] == target.bucket}
         prune.by_resources(decisions, mine, arch.limits)
         plan_buckets.append({"bucket": target.bucket, "pass": pass_, "compile_problem": problem,
-                             "current": config[pass_][target.bucket], "summary": prune.summary(decisions),
+                             "current": own_config(config[pass_][target.bucket]),
+                             "summary": prune.summary(decisions),
                              "shapes": target.shapes, "regressed": target.regressed,
                              "report_rows": target.report_rows,
                              "candidates": [d.to_json() for d in decisions]})
@@ -65,6 +67,11 @@ def build(root: Path, pipeline, arch_name: str, toolchain_name: str, pass_: str,
             "seconds": round(time.monotonic() - started, 1), "buckets": plan_buckets}
     outdir.write_json(Path(out) / "plan.json", plan)
     return plan
+
+
+def own_config(bucket_cfg: dict) -> dict:
+    """The bucket's own config: without its `unmasked` one (targets.own_config_shapes)."""
+    return {k: v for k, v in bucket_cfg.items() if k != "unmasked"}
 
 
 def compile_candidates(root: Path, toolchain, arch, pipeline, items: list[dict], executor, out: Path,

@@ -89,6 +89,22 @@ def choose(workloads: list[dict], buckets: list[str] | None, report: dict | None
     return [targets[b] for b in BUCKETS if b in targets]
 
 
+def own_config_shapes(target: BucketTarget, bucket_cfg: dict) -> BucketTarget:
+    """The target restricted to the shapes the bucket's own config serves. A forward bucket with
+    an `unmasked` config (mha.config) serves only problems with a causal or window band; the
+    others run the `unmasked` config, which a tune run leaves as it is. Fails closed when no
+    shape is left: the run would judge nothing."""
+    if "unmasked" not in bucket_cfg:
+        return target
+    banded = [e for e in target.shapes if shape_of(e).causal or max(shape_of(e).window) >= 0]
+    if target.shapes and not banded:
+        raise ConfigError(f"bucket {target.bucket!r}: every shape chosen is without a band, and those run the "
+                          f"bucket's `unmasked` config, which tune does not change; nothing left to judge")
+    keys = {e["key"] for e in banded}
+    return BucketTarget(target.bucket, banded, [k for k in target.regressed if k in keys],
+                        {k: v for k, v in target.report_rows.items() if k in keys})
+
+
 def compile_problem(target: BucketTarget, pass_: str) -> dict:
     """The one problem each candidate is compiled for: the bucket's most demanding, i.e. its
     shapes' largest head dims with every feature its shapes use (a bounded window, a sink, varlen

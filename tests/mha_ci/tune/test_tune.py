@@ -12,7 +12,7 @@ import pytest
 
 from mha_ci.model.loader import load_pipeline
 from mha_ci.perf.buckets import bucket_of, select_bucket
-from mha_ci.tune import outdir, prune, rules, select, space, targets
+from mha_ci.tune import outdir, plan, prune, rules, select, space, targets
 
 ROOT = Path(__file__).resolve().parents[3]
 REPORT = ROOT / "docs/records/2026-11-29-h200-perf-study/sm90/reports/golden-3.4-vs-tot-3.8-full/compare.json"
@@ -166,7 +166,7 @@ def test_guard_prunes_stage3_on_gfx950_38_only(guards):
 
 def test_replacement_guard_notes_but_keeps_sm90_stage3(guards):
     data = rules.load_config(ROOT, "sm90")
-    cands = space.candidates("nvidia", "forward", data["forward"]["default"])
+    cands = space.candidates("nvidia", "forward", plan.own_config(data["forward"]["default"]))
     decisions = prune.by_guards(cands, guards, data["guards"], "forward", "default", "3.8.0")
     three = next(d for d in decisions if d.candidate.cfg["num_stages"] == 3 and d.candidate.id != "current")
     assert three.survives and any("stages-above-2-head16" in n for n in three.notes)
@@ -232,6 +232,25 @@ def test_choice_is_ranked_on_the_goal_shapes_and_judged_on_all():
     assert "other slower by 10.0 %" in by_id["fast_on_goal"].disqualified
     assert select.best(ranked).id == "even"
     assert by_id["even"].to_json()["geomean_ratio_all"] == pytest.approx(0.95)
+
+
+def test_a_bucket_with_an_unmasked_config_is_tuned_on_its_banded_shapes_only():
+    """The `unmasked` config serves the shapes without a band; tune changes only the bucket's own
+    config, so it times only the shapes that config serves, and says so when none is left."""
+    from mha_ci.errors import ConfigError
+    from mha_ci.perf.measure import selected_workloads
+    entries = [w.to_dict() for w in selected_workloads(load_pipeline(ROOT), "full")]
+    target = targets.choose(entries, ["default"], None)[0]
+    sm90 = rules.load_config(ROOT, "sm90")["forward"]["default"]
+    assert "unmasked" in sm90
+    own = targets.own_config_shapes(target, sm90)
+    banded = [e for e in target.shapes if targets.shape_of(e).causal or max(targets.shape_of(e).window) >= 0]
+    assert own.shapes == banded and 0 < len(banded) < len(target.shapes)
+    assert targets.own_config_shapes(target, plan.own_config(sm90)) is target
+    assert "unmasked" not in plan.own_config(sm90) and plan.own_config(sm90)["BLOCK_M"] == sm90["BLOCK_M"]
+    unbanded = targets.BucketTarget("default", [e for e in target.shapes if e not in banded])
+    with pytest.raises(ConfigError, match="nothing left to judge"):
+        targets.own_config_shapes(unbanded, sm90)
 
 
 def test_unknown_bucket_is_a_usage_error():
