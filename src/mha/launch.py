@@ -324,7 +324,7 @@ def _launch_tiles(spec: KernelSpec, kv_slices: int, group: int, seqlen: int, blo
 
 
 def tma_ready(*tensors: torch.Tensor) -> bool:
-    """Whether a device-side tensor descriptor (forward_ws) can read or write each (rows, head dim) slice:
+    """Whether a device-side tensor descriptor (forward_ws) can read each (rows, head dim) slice:
     a 16-byte aligned start, unit stride along the head dim, 16-byte multiples for the others."""
     return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0
                and all(st * t.element_size() % 16 == 0 for st in t.stride()[:-1]) for t in tensors)
@@ -353,7 +353,9 @@ def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_
     else:
         out = torch.empty((geo.batch, geo.seqlen_q, geo.heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
         lse = torch.empty((geo.batch, geo.heads_q, geo.seqlen_q), dtype=torch.float32, device=q.device)
-    if spec.fn is attn_fwd_ws and not tma_ready(q, k, v, out):
+    # out and lse_out are made here, contiguous, with V's head dim: TMA can write them when it
+    # can read V.
+    if spec.fn is attn_fwd_ws and not tma_ready(q, k, v):
         spec = without_warp_specialization(spec)
     if spec.fn is attn_fwd_ws:
         if q.is_cuda:

@@ -10,6 +10,7 @@ from mha_ci.checksums.verify import cache_dir
 from mha_ci.errors import ConfigError, EnvironmentProblem
 from mha_ci.executors.base import PayloadRun
 from mha_ci.model.lockfile import lock_sha256
+from mha.config import UNMASKED
 from mha_ci.tune import outdir, prune, rules, space, targets
 
 COMPILE_TIMEOUT_S = 4 * 3600
@@ -71,7 +72,7 @@ def build(root: Path, pipeline, arch_name: str, toolchain_name: str, pass_: str,
 
 def own_config(bucket_cfg: dict) -> dict:
     """The bucket's own config: without its `unmasked` one (targets.own_config_shapes)."""
-    return {k: v for k, v in bucket_cfg.items() if k != "unmasked"}
+    return {k: v for k, v in bucket_cfg.items() if k != UNMASKED}
 
 
 def compile_candidates(root: Path, toolchain, arch, pipeline, items: list[dict], executor, out: Path,

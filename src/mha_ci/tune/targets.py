@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mha.config import BUCKETS
+from mha.config import BUCKETS, UNMASKED
 from mha_ci.errors import ConfigError
 from mha_ci.perf.buckets import bucket_of
 from mha_ci.perf.shapes import Shape
@@ -89,14 +89,18 @@ def choose(workloads: list[dict], buckets: list[str] | None, report: dict | None
     return [targets[b] for b in BUCKETS if b in targets]
 
 
+def _has_band(shape: Shape) -> bool:
+    return shape.causal or max(shape.window) >= 0
+
+
 def own_config_shapes(target: BucketTarget, bucket_cfg: dict) -> BucketTarget:
     """The target restricted to the shapes the bucket's own config serves. A forward bucket with
     an `unmasked` config (mha.config) serves only problems with a causal or window band; the
     others run the `unmasked` config, which a tune run leaves as it is. Fails closed when no
     shape is left: the run would judge nothing."""
-    if "unmasked" not in bucket_cfg:
+    if UNMASKED not in bucket_cfg:
         return target
-    banded = [e for e in target.shapes if shape_of(e).causal or max(shape_of(e).window) >= 0]
+    banded = [e for e in target.shapes if _has_band(shape_of(e))]
     if target.shapes and not banded:
         raise ConfigError(f"bucket {target.bucket!r}: every shape chosen is without a band, and those run the "
                           f"bucket's `unmasked` config, which tune does not change; nothing left to judge")
