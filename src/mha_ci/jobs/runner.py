@@ -49,6 +49,7 @@ from mha_ci.errors import ExitCode, MhaCiError, interruption
 from mha_ci.files import storage_failure, write_atomic
 from mha_ci.jobs import JobResult
 from mha_ci.jobs import checksums as checksums_kind
+from mha_ci.jobs import memcheck as memcheck_kind
 from mha_ci.jobs import perf as perf_kind
 from mha_ci.jobs import refresh as refresh_kind
 from mha_ci.jobs.context import JobContext
@@ -66,6 +67,7 @@ KIND_RUNNERS: dict[str, JobRunner] = {
     "perf": perf_kind.run_job,
     "refresh": refresh_kind.run_job,
     "checksums": checksums_kind.run_job,
+    "memcheck": memcheck_kind.run_job,
 }
 _REGISTERED: dict[str, JobRunner] = {}
 

@@ -156,7 +156,10 @@ def _load_jobs(source: _Source[schema.JobsFile], arch_names: tuple[str, ...]) ->
             if arch in archs:
                 raise source.error((*loc, "unavailable", arch), f"arch '{arch}' is both in archs and unavailable")
         unavailable = tuple((a, kind_spec.unavailable[a]) for a in arch_names if a in kind_spec.unavailable)
-        kinds[kind] = KindMatrix(kind=kind, archs=archs, sharded=kind_spec.sharded, unavailable=unavailable)
+        if kind_spec.shards is not None and not kind_spec.sharded:
+            raise source.error((*loc, "shards"), "shards is set but the kind is not sharded (sharded: true)")
+        kinds[kind] = KindMatrix(kind=kind, archs=archs, sharded=kind_spec.sharded, unavailable=unavailable,
+                                 shards=kind_spec.shards)
 
     events = {}
     for event in EVENT_KINDS:

@@ -24,6 +24,7 @@ class KindMatrix:
     archs: tuple[str, ...]
     sharded: bool
     unavailable: tuple[tuple[str, str], ...]     # (arch, why it never runs there)
+    shards: int | None = None                    # sharded: own count; None: the arch's correctness_shards
 
 
 @dataclass(frozen=True)

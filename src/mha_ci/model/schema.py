@@ -107,6 +107,9 @@ ArchSelection = Union[Literal["all"], list[str]]
 class KindSpec(_Strict):
     archs: list[str] = Field(min_length=1)
     sharded: bool = False
+    # With `sharded`: this kind's own shard count on every arch (default: the arch's
+    # correctness_shards).
+    shards: Annotated[int, Strict(), Field(ge=1, le=64)] | None = None
     unavailable: dict[str, NonEmpty] = {}
     description: str = ""
 
@@ -118,6 +121,7 @@ class KindsSpec(_Strict):
     perf: KindSpec
     checksums: KindSpec
     refresh: KindSpec
+    memcheck: KindSpec
 
 
 class RunSpec(_Strict):

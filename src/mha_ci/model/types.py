@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mha_ci.errors import EnvironmentProblem
 
-JOB_KINDS = ("correctness", "perf", "checksums", "refresh")
+JOB_KINDS = ("correctness", "perf", "checksums", "refresh", "memcheck")
 EVENT_KINDS = ("pull_request", "push", "schedule", "manual")
 
 

@@ -28,7 +28,7 @@ def full_matrix(pipeline: Pipeline) -> tuple[MatrixEntry, ...]:
                 if arch in unavailable:
                     entries.append(MatrixEntry(Job(kind, arch, toolchain), unavailable[arch]))
                 elif arch in matrix.archs and matrix.sharded:
-                    shards = pipeline.shards(arch)
+                    shards = matrix.shards or pipeline.shards(arch)
                     entries.extend(MatrixEntry(Job(kind, arch, toolchain, shard, shards))
                                    for shard in range(1, shards + 1))
                 elif arch in matrix.archs:
