@@ -321,3 +321,12 @@ def test_zizmor_finds_nothing_unjustified_and_would_find_the_unjustified(tmp_pat
     done = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "dangerous-triggers" in done.stdout + done.stderr
 
+
+def test_the_gates_word_on_a_forks_missing_gpu_result_matches_pr_gpu(flows):
+    """A fork's GPU jobs are not barred from the runners: they wait for the approval label."""
+    from mha_ci.export import gate
+
+    why = gate.WITHHELD_FROM_FORKS
+    assert "withheld" in why and "fork" in why
+    assert "pr-gpu.yml" in why and approved_gpu.APPROVAL_LABEL in why
+    assert "only branches of this repository" not in why
