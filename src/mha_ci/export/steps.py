@@ -68,9 +68,8 @@ def cache_steps() -> list[dict]:
     ]
 
 
-def install(no_deps: bool = False) -> dict:
-    cmd = "python -m pip install --no-deps -e ." if no_deps else "python -m pip install -e ."
-    return {"name": "Install mha-ci", "run": cmd}
+def install() -> dict:
+    return {"name": "Install mha-ci", "run": "python -m pip install -e ."}
 
 
 def _run_script(executor: str) -> str:
@@ -117,8 +116,8 @@ PULL_IMAGE = ('DOCKER_CONFIG="$(mktemp -d)"\n'
               'docker pull "$IMAGE"\n')
 
 # Inside the image: the checkout is copied out of its read-only mount (pip writes egg-info into
-# it, the run its caches), then the image's torch and triton run it. "$@": the host's extra
-# options for `mha-ci run`.
+# it, the run its caches); torch and triton are the image's pinned ones, so only mha-ci itself is
+# installed. "$@": the host's extra options for `mha-ci run`.
 IN_IMAGE = ("set -e\n"
             'work="$(mktemp -d)"\n'
             'cp -a /checkout/. "$work"\n'
@@ -212,7 +211,7 @@ def gpu_job(condition: str | None = None, before_checkout: tuple[dict, ...] = ()
         "strategy": {"fail-fast": False, "matrix": expr("fromJSON(needs.plan.outputs.gpu)")},
         "permissions": {"contents": "read", "packages": Noted("read", "pulls the toolchain image"),
                         **(permissions or {})},
-        # said, not guessed from the runner: the scripts use bash (arrays, ${VAR,,})
+        # said, not guessed from the runner: the scripts use bash (arrays, here-strings)
         "defaults": {"run": {"shell": "bash"}},
         "steps": [pull_image_step(), *before_checkout, checkout(ref=checkout_ref, path=CODE_DIR), *base,
                   *gpu_run_steps(gate_from_base)],

@@ -286,17 +286,24 @@ def fake_api(tmp_path: Path, head: str, labels: list[str]) -> str:
     return tmp_path.as_uri()
 
 
+@pytest.mark.parametrize("in_image", [False, True], ids=["hosted", "in-image"])
 @pytest.mark.parametrize("head, labels, ok", [
     ("a" * 40, ["gpu-approved", "ci:sm90"], True),
     ("b" * 40, ["gpu-approved"], False),            # pushed after the label
     ("a" * 40, ["ci:sm90"], False),                  # label taken away
 ])
-def test_approval_check_refuses_a_moved_head_or_a_removed_label(tmp_path, head, labels, ok):
+def test_approval_check_refuses_a_moved_head_or_a_removed_label(tmp_path, head, labels, ok, in_image):
+    # In the GPU job the check runs in the image: this `docker` runs the command after the image.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text('#!/bin/sh\nwhile [ "$1" != "$IMAGE" ]; do shift; done\nshift\nexec "$@"\n')
+    (bin_dir / "docker").chmod(0o755)
     env = {**os.environ, "GITHUB_API_URL": fake_api(tmp_path, head, labels), "GITHUB_REPOSITORY": "owner/repo",
            "PR_NUMBER": "7", "GH_TOKEN": "t", "APPROVED_SHA": "a" * 40, "APPROVAL_LABEL": "gpu-approved",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-e", "-c", approved_gpu.APPROVAL_CHECK], env=env, capture_output=True,
-                          text=True, timeout=30)
+           "IMAGE": "ghcr.io/o/r/i:t", "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    step = approved_gpu.approval_check_step(in_image=in_image)
+    assert set(step["env"]) | {"GITHUB_API_URL", "GITHUB_REPOSITORY"} >= set(approved_gpu.APPROVAL_ENV)
+    done = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, timeout=30)
     assert (done.returncode == 0) is ok, done.stderr
     if not ok:
         assert "approval withdrawn" in done.stderr
