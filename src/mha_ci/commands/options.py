@@ -15,6 +15,7 @@ from mha_ci.errors import ConfigError
 from mha_ci.executors.devices import ASSUME_ENV, available_devices
 from mha_ci.jobs.context import DEFAULT_JOB_TIMEOUT_S, SUBSETS, RunOptions
 from mha_ci.model.types import Event
+from mha_ci.perf.gate_source import load_gate_source
 from mha_ci.plan.events import build_event
 from mha_ci.plan.local_changes import local_changes
 
@@ -68,8 +69,8 @@ def local_devices(environ: Mapping[str, str] = os.environ) -> frozenset[str]:
 
 
 def run_options(args, environ: Mapping[str, str] = os.environ) -> RunOptions:
-    """`mha-ci run`'s options: --select and --pins, and the variables CI sets (a bad value is a
-    usage error naming the variable)."""
+    """`mha-ci run`'s options: --select, --pins and --gate-from (read here, before any job runs), and
+    the variables CI sets (a bad value is a usage error naming the variable)."""
     subset = environ.get(PERF_SUBSET_ENV, "full")
     if subset not in SUBSETS:
         raise ConfigError(f"{PERF_SUBSET_ENV}={subset!r}: unknown subset; known: {', '.join(SUBSETS)}",
@@ -80,8 +81,10 @@ def run_options(args, environ: Mapping[str, str] = os.environ) -> RunOptions:
     timeout = _number(environ, JOB_TIMEOUT_ENV, float, DEFAULT_JOB_TIMEOUT_S)
     if not timeout > 0:
         raise ConfigError(f"{JOB_TIMEOUT_ENV}={timeout:g} must be above 0", key=JOB_TIMEOUT_ENV)
+    gate_from = getattr(args, "gate_from", None)
     return RunOptions(select=tuple(p.strip() for p in args.select or () if p.strip()), perf_subset=subset,
-                      perf_repeat=repeat, job_timeout_s=timeout, pins=args.pins)
+                      perf_repeat=repeat, job_timeout_s=timeout, pins=args.pins,
+                      gate_from=load_gate_source(gate_from) if gate_from is not None else None)
 
 
 def _number(environ: Mapping[str, str], name: str, kind: type, default):

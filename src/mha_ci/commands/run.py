@@ -1,6 +1,6 @@
 """mha-ci run: validate, plan, pick the jobs, run them through an executor, report.
 
-    mha-ci run [--job ID ...] [--executor venv|docker|host] [--out DIR]
+    mha-ci run [--job ID ...] [--executor venv|docker|host] [--out DIR] [--gate-from DIR]
                [--labels a,b] [--changed-files FILE | --all] [--github-event FILE] [--event KIND]
 
 Without --job, the event's plan runs (the same event options as `mha-ci plan`; without
@@ -11,6 +11,10 @@ that does not exist is a usage error (exit 2) naming the closest one.
 A job whose arch needs a device this machine does not have is never dropped silently: it is
 listed as "not run: needs a <arch> device" in the output and in summary.md/results.json. It
 fails the run (exit 3) only when it was asked for by name with --job.
+
+`--gate-from DIR` judges perf jobs by the gate settings, shapes and baselines of DIR, a checkout of
+the base branch (mha_ci.perf.gate_source): pr-gpu.yml passes it, so a pull request never sets the
+gate it is judged by. A DIR that cannot be read is exit 2 before any job runs.
 
 The run's options (jobs.context.RunOptions) come from the flags and from MHA_CI_PERF_SUBSET,
 MHA_CI_PERF_REPEAT and MHA_CI_JOB_TIMEOUT (commands.options.run_options); jobs read only them.
@@ -48,6 +52,10 @@ def register(sub) -> None:
                    help="correctness jobs run only the collected tests whose node id matches GLOB (fnmatch, "
                         "repeatable): a narrowed local check; every verdict names the selection")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: <root>/out)")
+    p.add_argument("--gate-from", type=Path, default=None, metavar="DIR",
+                   help="judge perf jobs by DIR's pipelines/perf.yaml, pipelines/workloads.yaml and perf_baselines/ "
+                        "(a checkout of the base branch: a pull request's GPU run) instead of this checkout's; "
+                        "the verdict names what this checkout changes there")
     p.add_argument("--labels", help="comma-separated pull-request labels")
     add_changed_options(p)
     p.add_argument("--github-event", type=Path, help="GitHub event payload JSON ($GITHUB_EVENT_PATH)")

@@ -9,7 +9,10 @@ so nothing a fork edits decides what reaches a self-hosted runner:
    the approved commit's changed paths and the pull request's labels. The runner labels and
    images of the GPU matrix therefore come from the default branch too.
 3. Each GPU job asks the API, before it checks anything out, that the pull request's head is
-   still the approved SHA and still carries the label (APPROVAL_CHECK), then runs that SHA.
+   still the approved SHA and still carries the label (APPROVAL_CHECK), then runs that SHA. Its
+   perf verdict takes the gate settings, shapes and baselines of the default branch, checked out
+   beside it (`mha-ci run --gate-from`): a pull request cannot loosen the gate it is judged by,
+   and the verdict names what it changes there.
 4. A new push (`synchronize`) removes the label (`revoke`) and, in the same concurrency group,
    cancels the approved run in progress; removing the label by hand cancels it too. Other label
    events get a group of their own, so adding `ci:perf` never cancels an approved run.
@@ -20,7 +23,11 @@ so nothing a fork edits decides what reaches a self-hosted runner:
 
 Jobs that run the pull request's code get `contents: read` (plus `packages: read` to pull the
 image) and no secrets, and no credentials persist in a checkout. Nothing here uses
-actions/cache: a `pull_request_target` run would write the default branch's cache scope.
+actions/cache: a `pull_request_target` run would write the default branch's cache scope. Nor may
+the pull request's code come near the token that writes it: every action (checkout, upload) is
+handed ACTIONS_RUNTIME_TOKEN, so the GPU job has no `container:` (its actions would run where the
+code ran, the actions' own code mounted writable); the code runs in the `docker run` of one step
+(export/steps.py, GPU jobs), and the upload follows once that container is gone.
 """
 from __future__ import annotations
 
@@ -50,10 +57,9 @@ TRIGGER_NOTE = ("zizmor: ignore[dangerous-triggers] the point of it: this file c
                 "no secrets (docs/ci-guide.md, Trust)")
 APPROVAL_EVENT = f"github.event.action == 'labeled' && github.event.label.name == '{APPROVAL_LABEL}'"
 
-# Standard library only: it runs on the hosted plan runner and, before any checkout, inside the
+# Standard library only: it runs on the hosted plan runner and, before any checkout, in the
 # toolchain image on the GPU runner. Any failure (network, API, a changed head) fails the step.
-APPROVAL_CHECK = """python - <<'EOF'
-import json, os, sys, urllib.request
+APPROVAL_SCRIPT = """import json, os, sys, urllib.request
 env = os.environ
 url = f"{env['GITHUB_API_URL']}/repos/{env['GITHUB_REPOSITORY']}/pulls/{env['PR_NUMBER']}"
 request = urllib.request.Request(url, headers={"Authorization": f"Bearer {env['GH_TOKEN']}",
@@ -65,15 +71,21 @@ if head != env["APPROVED_SHA"] or env["APPROVAL_LABEL"] not in labels:
     sys.exit(f"approval withdrawn: {env['APPROVAL_LABEL']} was given to {env['APPROVED_SHA']}, "
              f"the pull request's head is now {head} with labels {labels}")
 print(f"approved: {head} carries {env['APPROVAL_LABEL']}")
-EOF
 """
+APPROVAL_ENV = ("GH_TOKEN", "PR_NUMBER", "APPROVED_SHA", "APPROVAL_LABEL", "GITHUB_API_URL", "GITHUB_REPOSITORY")
+APPROVAL_CHECK = f"python - <<'EOF'\n{APPROVAL_SCRIPT}EOF\n"
+# The GPU runner's host need not have Python; the pulled image has.
+APPROVAL_CHECK_IN_IMAGE = ('docker run --rm -i ' + " ".join(f"--env {name}" for name in APPROVAL_ENV)
+                           + f' "$IMAGE" python - <<\'EOF\'\n{APPROVAL_SCRIPT}EOF\n')
 
 
-def approval_check_step() -> dict:
-    return {"name": "Approval still holds for this commit",
-            "env": {"GH_TOKEN": expr("github.token"), "PR_NUMBER": expr("github.event.pull_request.number"),
-                    "APPROVED_SHA": expr(APPROVED_SHA), "APPROVAL_LABEL": APPROVAL_LABEL},
-            "run": APPROVAL_CHECK}
+def approval_check_step(in_image: bool = False) -> dict:
+    env = {"GH_TOKEN": expr("github.token"), "PR_NUMBER": expr("github.event.pull_request.number"),
+           "APPROVED_SHA": expr(APPROVED_SHA), "APPROVAL_LABEL": APPROVAL_LABEL}
+    if in_image:
+        env["IMAGE"] = expr("matrix.image")
+    return {"name": "Approval still holds for this commit", "env": env,
+            "run": APPROVAL_CHECK_IN_IMAGE if in_image else APPROVAL_CHECK}
 
 
 def _revoke_job() -> dict:
@@ -170,8 +182,8 @@ def pr_gpu_workflow() -> dict:
         "jobs": {
             "revoke": _revoke_job(),
             "plan": _plan_job(),
-            "gpu": gpu_job(first_steps=(approval_check_step(),), checkout_ref=expr(APPROVED_SHA),
-                           permissions={"pull-requests": READS_APPROVAL}),
+            "gpu": gpu_job(before_checkout=(approval_check_step(in_image=True),), checkout_ref=expr(APPROVED_SHA),
+                           permissions={"pull-requests": READS_APPROVAL}, gate_from_base=True),
             "gate": _gate_job(),
         },
     }

@@ -147,6 +147,23 @@ def _trust_lines() -> list[str]:
         "request cannot change where or what it runs. It checks out exactly the head commit the label was given "
         "to, checks on the GPU runner, before any checkout, that the pull request's head is still that commit "
         "and still labelled, and runs with a read-only token, no secrets and no stored credentials.",
+        "- **A pull request is judged by the base branch's gate.** The approved run checks out the default branch "
+        "beside the pull request and runs `mha-ci run --gate-from` it: perf jobs take the gate settings, shapes "
+        "and method of its `pipelines/perf.yaml` and `pipelines/workloads.yaml`, and its "
+        "`perf_baselines/<arch>/<toolchain>.json`. A pull request that changes any of them gets a line in the "
+        "verdict (\"this pull request changes pipelines/perf.yaml (gate), ...: judged by the base's\"); the "
+        "change takes effect once merged. A base that cannot be read fails the job (exit 2), never falling back "
+        "to the pull request's own settings. `mha-ci validate` holds every gate setting finite and the widest "
+        "threshold a shape can get at 25 % at most.",
+        "- **No token near the pull request's code.** Every action of a job (checkout, upload) receives the run's "
+        "`ACTIONS_RUNTIME_TOKEN`, which also writes the cache, and a `pull_request_target` run's cache is the "
+        "default branch's, which `main.yml` and `pr.yml` restore. So a GPU job has no `container:` (its actions "
+        "would run inside the container the code ran in, with the actions' own code mounted writable): the "
+        "runner pulls the toolchain image and runs the job in a `docker run` of its own, with the commit "
+        "(read-only), the base (read-only) and an output folder mounted and nothing else, no token in its "
+        "environment. The container is removed before any action runs again, and only the regular files of "
+        "the output folder are uploaded, with the exit code `docker run` returned. The GPU runners need docker "
+        "(as for a `container:` job), not Python.",
         f"- **A new push withdraws the approval**: it removes `{APPROVAL_LABEL}` and cancels the approved run; "
         "review the new commits and label again. Removing the label also cancels. Add `ci:` labels before the "
         "approval: the approved run plans with the labels present when it starts.",
@@ -161,8 +178,7 @@ def _trust_lines() -> list[str]:
         "under the tag main's jobs pull. The nightly refresh's checkout keeps no token: only its push step gets "
         "one.",
         "- `make lint` runs actionlint and zizmor (auditor persona, offline) over the workflows; the findings "
-        "zizmor may not judge (self-hosted runners, `pull_request_target`, an image named by the matrix) carry "
-        "their reason inline.",
+        "zizmor may not judge (self-hosted runners, `pull_request_target`) carry their reason inline.",
         "",
         "Settings this relies on (repository or organisation administrators; the workflow files cannot enforce "
         "them):",
@@ -174,7 +190,8 @@ def _trust_lines() -> list[str]:
         "the files are there to fail early and say why.",
         "- **Ephemeral runners**: each GPU runner is registered with `--ephemeral` (one job, then it deregisters "
         "and its machine or container is created afresh, e.g. by Actions Runner Controller), so nothing a job "
-        "leaves behind (files, processes, docker images, credentials) meets the next one.",
+        "leaves behind (files, processes, docker images, credentials) meets the next one. A GPU job that finds "
+        "an earlier job's output folder refuses to run (exit 3).",
         "- **Outside contributors**: Actions, *Fork pull request workflows from outside collaborators*: require "
         "approval for all outside collaborators, so a fork's CPU jobs wait until a maintainer has looked.",
         f"- **Who may approve**: adding a label needs the triage role: give triage (and write) to maintainers "

@@ -48,8 +48,10 @@ def artifact_name(job_id: str) -> str:
     return f"{ARTIFACT_PREFIX}{job_id}"
 
 
-WITHHELD_FROM_FORKS = ("withheld: the pull request comes from a fork, and self-hosted runners run only "
-                       "branches of this repository (CI guide: fork pull requests)")
+# The approval label is export/approved_gpu.py's APPROVAL_LABEL (that module is not standard library
+# only; a test holds the two equal).
+WITHHELD_FROM_FORKS = ("withheld until approved: a pull request's GPU jobs, a fork's too, run in pr-gpu.yml "
+                       "once a maintainer labels its head commit gpu-approved (CI guide, Trust)")
 
 
 def check_job(job_id: str, artifacts: Path, same_repository: bool = True) -> JobCheck:
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan-result", default="success", help="needs.plan.result: success | skipped | failure | cancelled")
     parser.add_argument("--summary", type=Path, default=None, help="append the markdown table here ($GITHUB_STEP_SUMMARY)")
     parser.add_argument("--same-repository", choices=("true", "false"), default="true",
-                        help="false for a fork's pull request: missing results are named as withheld from forks")
+                        help="false for a fork's pull request: a missing result says how its GPU jobs are approved")
     args = parser.parse_args(argv)
     code, lines = run_gate(args.plan, args.artifacts, args.plan_result, args.same_repository == "true")
     text = "\n".join(lines) + "\n"

@@ -12,10 +12,12 @@ branch, on commits the default branch holds or a maintainer approved.
 - pr-gpu.yml (`pull_request_target`, so GitHub takes it from the default branch, never from the
   pull request): the GPU jobs of a pull request, after a maintainer adds the APPROVAL_LABEL.
   The plan is made by the default branch's mha-ci and pipelines/ over the pull request's changed
-  paths; the GPU jobs check out exactly the head SHA of the label event; a new push
+  paths; the GPU jobs check out exactly the head SHA of the label event, and judge perf by the
+  default branch's gate settings and baselines (`mha-ci run --gate-from`); a new push
   (`synchronize`) removes the label and cancels the run, and every GPU job first asks the API
   that the head is still that SHA and still labelled. Read-only token, no secrets, no persisted
-  credentials. A `pull_request_target` run is attached to the base branch, not to the pull
+  credentials; the code under test runs in a `docker run` of its own, never beside an action
+  (every action holds the token that writes the cache). A `pull_request_target` run is attached to the base branch, not to the pull
   request's head, so its `gate` posts the verdict as a commit status (GPU_STATUS) on the
   approved SHA: that is the check branch protection requires.
 - main.yml: pushes to main and manual dispatch: plan, cpu, gpu, gate; jobs.yaml's `push` and
@@ -47,6 +49,8 @@ actions/cache entries with their own keys, so a kernel change still reuses the t
   restore-keys down to the toolchain, because each entry carries its own full key (sources,
   config, variant, toolchain), so an older cache is safe and its untouched entries still hit.
 pr-gpu.yml uses no cache: a `pull_request_target` run writes the default branch's cache scope.
+GPU jobs (main.yml and pr-gpu.yml alike, export/steps.py) run the job's command in `docker run`
+of the toolchain image from one step, and upload from the runner once that container is removed.
 The output is deterministic (pipelines/ order, fixed key order), so `--check` can compare text.
 """
 from __future__ import annotations

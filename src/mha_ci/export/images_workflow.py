@@ -1,7 +1,7 @@
 """images.yml: build and publish every (toolchain, platform) image to the repository's own
 registry, and the registry settings the other workflows share.
 
-The GPU jobs of pr.yml / main.yml run in `container: ${{ matrix.image }}`, a reference their plan
+The GPU jobs of pr-gpu.yml / main.yml pull and `docker run` `matrix.image`, a reference their plan
 job computes with mha_ci.containers.images (no docker there). This workflow publishes the same
 references, through the same function (`mha-ci containers publish`), with the same
 MHA_CI_REGISTRY: so what a job pulls is what was pushed, by construction.

@@ -3,8 +3,8 @@
 Runs inside the workflow's `plan` job, after `mha-ci plan`, so the matrix always matches the
 pipelines/ of the commit under test (a pull request that edits archs.yaml is planned with its own
 runner labels). Two matrices, because a job either runs on the CPU runner with the venv executor,
-or on a GPU runner inside its toolchain's container image, and GitHub's `container:` cannot be
-switched off per matrix entry:
+or on a GPU runner in a `docker run` of its toolchain's image (export/steps.py, GPU jobs), and the
+two take different steps:
 
     cpu: {"include": [{"id", "kind", "arch", "toolchain", "runs_on"}]}
     gpu: {"include": [{"id", "kind", "arch", "toolchain", "runs_on", "image", "container_options"}]}

@@ -22,14 +22,9 @@ HOSTED_RUNNER = "ubuntu-latest"
 # dispatch may name any branch, whose copy of the workflow is then the one that runs.
 ON_DEFAULT_BRANCH = "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)"
 
-# zizmor cannot see through `${{ matrix.image }}`. The plan job computes the reference from the
-# lock files and Dockerfile (export/matrix.py): a tag that is a digest of the image's inputs,
-# which images.yml publishes from the default branch only, never over an existing tag.
-IMAGE_NOTE = ("zizmor: ignore[unpinned-images] the plan names each image by a content-digest tag of its inputs, "
-              "published from the default branch only (docs/ci-guide.md, Trust)")
-
-# What a GPU job needs to pull its image: the workflow token, allowed to read packages.
-PULL_CREDENTIALS = {"username": "${{ github.actor }}", "password": "${{ secrets.GITHUB_TOKEN }}"}
+# A GPU job's folders on the runner: the commit under test, the base branch a pull request's perf
+# verdict is judged by (mha_ci.perf.gate_source), what the run writes, and what is uploaded.
+CODE_DIR, BASE_DIR, OUT_DIR, RESULTS_DIR = "code", "base", "out", "results"
 
 TIMEOUT_PLAN_MIN = 15
 TIMEOUT_JOB_MIN = 180
@@ -73,9 +68,8 @@ def cache_steps() -> list[dict]:
     ]
 
 
-def install(no_deps: bool = False) -> dict:
-    cmd = "python -m pip install --no-deps -e ." if no_deps else "python -m pip install -e ."
-    return {"name": "Install mha-ci", "run": cmd}
+def install() -> dict:
+    return {"name": "Install mha-ci", "run": "python -m pip install -e ."}
 
 
 def _run_script(executor: str) -> str:
@@ -100,6 +94,92 @@ def run_steps(executor: str) -> list[dict]:
     ]
 
 
+# -- GPU jobs ----------------------------------------------------------------------------------
+# Every JavaScript action of a job (checkout, upload-artifact) is handed ACTIONS_RUNTIME_TOKEN,
+# which writes the workflow's cache as well as its artifacts; in a pull_request_target run that
+# cache is the default branch's, which main.yml and pr.yml restore. A `container:` job runs its
+# actions inside the job's container, where the code under test ran before them: with the
+# runner's _actions folder (the actions' own code) mounted writable, and any process that code
+# left behind. So a GPU job has no `container:`: the code under test runs in the `docker run` of
+# the Run step alone, from the toolchain image, with nothing of the runner's mounted but the
+# checkout (read-only) and out/; the container is removed before any action runs again, and the
+# upload takes regular files of out/ only (a link the run left there could point at the host's files).
+
+CONTAINER_NAME = 'container="mha-ci-$GITHUB_RUN_ID-$GITHUB_RUN_ATTEMPT-$JOB_ID"\n'
+
+# The image is trusted (published from the default branch under a digest of its inputs); the
+# login lives in a configuration folder of the step's own, removed when the step ends.
+PULL_IMAGE = ('DOCKER_CONFIG="$(mktemp -d)"\n'
+              "export DOCKER_CONFIG\n"
+              "trap 'rm -rf \"$DOCKER_CONFIG\"' EXIT\n"
+              'printf \'%s\' "$REGISTRY_TOKEN" | docker login "${IMAGE%%/*}" --username "$REGISTRY_USER" --password-stdin\n'
+              'docker pull "$IMAGE"\n')
+
+# Inside the image: the checkout is copied out of its read-only mount (pip writes egg-info into
+# it, the run its caches); torch and triton are the image's pinned ones, so only mha-ci itself is
+# installed. "$@": the host's extra options for `mha-ci run`.
+IN_IMAGE = ("set -e\n"
+            'work="$(mktemp -d)"\n'
+            'cp -a /checkout/. "$work"\n'
+            'cd "$work"\n'
+            "python -m pip install --no-deps -e .\n"
+            'exec mha-ci run --job "$JOB_ID" --executor host --out /out "$@"\n')
+
+# Only regular files and folders of out/ are kept, and the exit code is the one `docker run`
+# returned, kept where the container could not write (the container's own exit-code is dropped).
+RESULTS = (f"rm -rf {RESULTS_DIR}\n"
+           f"mkdir {RESULTS_DIR}\n"
+           f"if [ -d {OUT_DIR} ]; then cp -R {OUT_DIR}/. {RESULTS_DIR}/ || true; fi\n"
+           f"find {RESULTS_DIR} -mindepth 1 ! -type f ! -type d -delete\n"
+           f"rm -f {RESULTS_DIR}/exit-code\n"
+           f"if [ -f exit-code ]; then cp exit-code {RESULTS_DIR}/exit-code; fi\n")
+
+
+def _gpu_run_script(gate_from_base: bool) -> str:
+    base = f' --volume "$PWD/{BASE_DIR}:/base:ro"' if gate_from_base else ""
+    options = " --gate-from /base" if gate_from_base else ""
+    # A runner that kept a job's files would upload them, or its exit code, as this job's.
+    return ("set +e\n"
+            "rm -f exit-code\n"
+            f"if [ -e {OUT_DIR} ]; then echo \"{OUT_DIR}/ exists before the run: this runner kept an earlier "
+            f"job's files (GPU runners are ephemeral: CI guide, Trust)\" >&2; exit 3; fi\n"
+            f"mkdir {OUT_DIR}\n"
+            'read -ra options <<< "$CONTAINER_OPTIONS"\n'
+            + CONTAINER_NAME +
+            'docker run --rm --name "$container" "${options[@]}" '
+            f'--volume "$PWD/{CODE_DIR}:/checkout:ro" --volume "$PWD/{OUT_DIR}:/out"{base} '
+            f'--env JOB_ID "$IMAGE" bash -c "$IN_IMAGE" mha-ci{options}\n'
+            "code=$?\n"
+            'echo "$code" > exit-code\n'
+            'exit "$code"\n')
+
+
+def gpu_run_steps(gate_from_base: bool) -> list[dict]:
+    """Run one planned job in its toolchain image, then upload what it left for the gate."""
+    job_id = {"JOB_ID": expr("matrix.id")}
+    return [
+        {"name": "Run",
+         "env": {**job_id, "IMAGE": expr("matrix.image"), "CONTAINER_OPTIONS": expr("matrix.container_options"),
+                 "IN_IMAGE": IN_IMAGE},
+         "run": _gpu_run_script(gate_from_base)},
+        {"name": "Stop the run's container", "if": "always()", "env": job_id,
+         "run": CONTAINER_NAME + 'docker rm --force "$container" > /dev/null 2>&1 || true\n'},
+        {"name": "Results for the gate", "if": "always()", "run": RESULTS},
+        {"name": "Summary", "if": "always()",
+         "run": f'if [ -f {RESULTS_DIR}/summary.md ]; then cat {RESULTS_DIR}/summary.md >> "$GITHUB_STEP_SUMMARY"; fi\n'},
+        {"name": "Upload results", "if": "always()", "uses": UPLOAD,
+         "with": {"name": ARTIFACT_PREFIX + expr("matrix.id"), "path": f"{RESULTS_DIR}/",
+                  "if-no-files-found": "error"}},
+    ]
+
+
+def pull_image_step() -> dict:
+    return {"name": "Pull the toolchain image",
+            "env": {"IMAGE": expr("matrix.image"), "REGISTRY_USER": expr("github.actor"),
+                    "REGISTRY_TOKEN": expr("github.token")},
+            "run": PULL_IMAGE}
+
+
 def cpu_job() -> dict:
     """The cpu matrix: GitHub-hosted runners (export/matrix.py refuses others), venv executor."""
     return {
@@ -113,11 +193,15 @@ def cpu_job() -> dict:
     }
 
 
-def gpu_job(condition: str | None = None, first_steps: tuple[dict, ...] = (), checkout_ref: str | None = None,
-            permissions: dict | None = None) -> dict:
-    """The gpu matrix: self-hosted runners, inside the toolchain image (host executor); read-only
-    token (`packages: read` pulls the image, `permissions` adds to it)."""
+def gpu_job(condition: str | None = None, before_checkout: tuple[dict, ...] = (), checkout_ref: str | None = None,
+            permissions: dict | None = None, gate_from_base: bool = False) -> dict:
+    """The gpu matrix: self-hosted runners, the job's command in its toolchain image (host executor
+    there); read-only token (`packages: read` pulls the image, `permissions` adds to it).
+    `gate_from_base`: the default checkout (a pull_request_target run's base branch) goes beside
+    the commit under test, and perf jobs are judged by it (`mha-ci run --gate-from`)."""
     planned = "needs.plan.outputs.gpu_count != '0'"
+    base = [checkout(path=BASE_DIR, name="Check out the base branch (gate settings and baselines)")] \
+        if gate_from_base else []
     return {
         "name": expr("matrix.id"),
         "needs": "plan",
@@ -125,14 +209,12 @@ def gpu_job(condition: str | None = None, first_steps: tuple[dict, ...] = (), ch
         "runs-on": expr("fromJSON(matrix.runs_on)"),
         "timeout-minutes": TIMEOUT_JOB_MIN,
         "strategy": {"fail-fast": False, "matrix": expr("fromJSON(needs.plan.outputs.gpu)")},
-        "container": {"image": Noted(expr("matrix.image"), IMAGE_NOTE), "options": expr("matrix.container_options"),
-                      "credentials": PULL_CREDENTIALS},
         "permissions": {"contents": "read", "packages": Noted("read", "pulls the toolchain image"),
                         **(permissions or {})},
-        # said, not guessed from the image: the scripts use bash (heredocs, ${VAR,,})
+        # said, not guessed from the runner: the scripts use bash (arrays, here-strings)
         "defaults": {"run": {"shell": "bash"}},
-        # Inside a toolchain image torch and triton are the pinned ones: install only mha-ci itself.
-        "steps": [*first_steps, checkout(ref=checkout_ref), install(no_deps=True), *run_steps("host")],
+        "steps": [pull_image_step(), *before_checkout, checkout(ref=checkout_ref, path=CODE_DIR), *base,
+                  *gpu_run_steps(gate_from_base)],
     }
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mha_ci.executors.base import Executor
 from mha_ci.model.pipeline import Pipeline
+from mha_ci.perf.gate_source import GateSource
 
 SUBSETS = ("pr", "full")
 DEFAULT_JOB_TIMEOUT_S = 3600.0
@@ -26,6 +27,8 @@ class RunOptions:
     perf_repeat: int = 1                        # perf job: payload processes per measurement
     job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S    # a correctness payload step
     pins: str = "enforce"                       # "enforce" | "record" (host executor only)
+    # `mha-ci run --gate-from DIR`: perf jobs are judged by DIR's perf settings and baselines.
+    gate_from: GateSource | None = None
 
     def __post_init__(self) -> None:
         if self.perf_subset not in SUBSETS:

@@ -3,6 +3,8 @@ and gate them against the stored baseline.
 
 Measuring is mha_ci.perf.measure (shared with `mha-ci perf measure`); the gate is
 mha_ci.perf.compare; the reports (compare.{json,md,txt,png,html}) go next to the measurement.
+With `--gate-from` (RunOptions.gate_from) the gate settings, the shapes and the baseline are the
+base checkout's, and the verdict names what this checkout changes there (mha_ci.perf.gate_source).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from mha_ci.perf import report
 from mha_ci.perf.compare import compare
 from mha_ci.perf.config import gate_policy
 from mha_ci.perf.document import load_perf
+from mha_ci.perf.gate_source import changes
 from mha_ci.perf.measure import measure_repeated, write_inputs
 
 
@@ -25,8 +28,9 @@ def run_job(job: Job, ctx: JobContext) -> JobResult:
     """perf-<arch>-<toolchain>: measure (the run options' subset, each measurement repeated
     `perf_repeat` times) and gate against perf_baselines/<arch>/<toolchain>.json."""
     started = time.monotonic()
-    pipeline, executor, out_dir = ctx.pipeline, ctx.executor, ctx.out_dir
-    subset, repeat = ctx.options.perf_subset, ctx.options.perf_repeat
+    executor, out_dir = ctx.executor, ctx.out_dir
+    subset, repeat, source = ctx.options.perf_subset, ctx.options.perf_repeat, ctx.options.gate_from
+    pipeline = source.applied_to(ctx.pipeline) if source else ctx.pipeline
     rel = f"jobs/{job.id}"
     job_dir = Path(out_dir) / rel
     _, _, count = write_inputs(pipeline, job_dir, subset)
@@ -35,10 +39,18 @@ def run_job(job: Job, ctx: JobContext) -> JobResult:
     result = JobResult(job_id=job.id, kind=job.kind, verdict="fail", exit_code=ExitCode.GATE_FAILED,
                        artifacts=[f"{rel}/perf.json"], timings={"measure": round(measured, 3)},
                        details={"subset": subset, "shapes": count, "repeat": repeat})
-    base_file = Path(pipeline.root) / perf_baseline(job.arch, job.toolchain)
+    judged_by = ""
+    if source:
+        changed = changes(ctx.pipeline, source, job.arch, job.toolchain)
+        result.details["gate_from"] = {"root": str(source.root), "changed": changed}
+        if changed:
+            judged_by = f"; this pull request changes {', '.join(changed)}: judged by the base's ({source.root})"
+    relative = perf_baseline(job.arch, job.toolchain)
+    base_file = (source.root if source else Path(pipeline.root)) / relative
     if not base_file.is_file():
-        result.message = (f"no baseline {base_file.relative_to(pipeline.root)}: nothing to gate against "
-                          f"(the nightly refresh, or `mha-ci perf refresh`, stores one)")
+        where = f" in the base checkout {source.root}" if source else ""
+        result.message = (f"no baseline {relative}{where}: nothing to gate against "
+                          f"(the nightly refresh, or `mha-ci perf refresh`, stores one)") + judged_by
         return result
     comparison = compare(load_perf(base_file), candidate, gate_policy(pipeline.perf))
     paths = report.write_all(comparison, job_dir)
@@ -55,8 +67,8 @@ def run_job(job: Job, ctx: JobContext) -> JobResult:
         causes = comparison.failures
         result.message = unpinned + (comparison.refused or (
             f"perf gate failed: {report.tally_line(comparison)}; " + "; ".join(causes[:3])
-            + (f"; {len(causes) - 3} more" if len(causes) > 3 else "")))
+            + (f"; {len(causes) - 3} more" if len(causes) > 3 else ""))) + judged_by
         return result
     result.verdict, result.exit_code = "pass", ExitCode.OK
-    result.message = unpinned + report.tally_line(comparison)
+    result.message = unpinned + report.tally_line(comparison) + judged_by
     return result

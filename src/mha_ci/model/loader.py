@@ -69,6 +69,12 @@ def load_pipeline(root: Path) -> Pipeline:
                     events=events, triggers=triggers, correctness_shards=shards, perf=perf, workloads=workloads)
 
 
+def load_perf_settings(root: Path) -> tuple[PerfFile, WorkloadsFile]:
+    """pipelines/perf.yaml and pipelines/workloads.yaml of `root` alone, checked as load_pipeline
+    checks them: what a perf verdict is judged by (mha_ci.perf.gate_source)."""
+    return _load_perf(_Source(Path(root), PERF_FILE, PerfFile), _Source(Path(root), WORKLOADS_FILE, WorkloadsFile))
+
+
 def _load_toolchains(source: _Source[schema.ToolchainsFile], root: Path) -> dict[str, Toolchain]:
     toolchains = {}
     for name, spec in source.spec.toolchains.items():

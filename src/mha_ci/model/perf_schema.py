@@ -5,6 +5,7 @@ dataclasses the gate and the payload work on (GatePolicy, Method, Bars).
 """
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
@@ -12,42 +13,63 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 PERF_FILE = "perf.yaml"
 WORKLOADS_FILE = "workloads.yaml"
 
+# Strict: YAML's `"3"` or `"yes"` is a typo or a trick, never a setting; an integer is still a
+# number. Not a number or infinite (`.nan`, `.inf`) is refused for every float (allow_inf_nan).
+Number = Annotated[float, Strict()]
+Whole = Annotated[int, Strict()]
+Flag = Annotated[bool, Strict()]
+# The widest threshold the gate may judge a shape with, in percent: max(floor_pct, k x the noise
+# of both sides at invalid_noise_pct). Above it a kernel a quarter slower reads "ok": the gate
+# switched off, not tuned. perf.yaml's settings give 14.1 %.
+MAX_THRESHOLD_PCT = 25.0
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # perf.yaml ---------------------------------------------------------------------------------
 
 class GateSpec(_Strict):
-    floor_pct: float = Field(gt=0)
-    k: float = Field(ge=0)
-    invalid_noise_pct: float = Field(gt=0)
-    stall_factor: float = Field(gt=1)
-    stall_min_excess_us: float = Field(ge=0, default=0.0)
-    fail_on_stall: bool = False
-    fail_on_invalid: bool = False
-    # A percentage of the compared shapes; at 100 the share could never fail the gate.
-    max_invalid_pct: float = Field(ge=0, lt=100)
+    floor_pct: Number = Field(gt=0, le=MAX_THRESHOLD_PCT)
+    k: Number = Field(ge=0)
+    invalid_noise_pct: Number = Field(gt=0)
+    stall_factor: Number = Field(gt=1, le=100)
+    # A second: no dispatch of the workloads takes that long, so a larger floor hides every stall.
+    stall_min_excess_us: Number = Field(ge=0, le=1e6, default=0.0)
+    fail_on_stall: Flag = False
+    fail_on_invalid: Flag = False
+    # A percentage of the compared shapes; a gate blind to more than half of them cannot hold any
+    # catch rate.
+    max_invalid_pct: Number = Field(ge=0, le=50)
+
+    @model_validator(mode="after")
+    def _bounded_threshold(self) -> "GateSpec":
+        widest = max(self.floor_pct, self.k * math.hypot(self.invalid_noise_pct, self.invalid_noise_pct))
+        if widest > MAX_THRESHOLD_PCT:
+            raise ValueError(f"the widest threshold a shape can be judged with, max(floor_pct, k x sqrt(2) x "
+                             f"invalid_noise_pct) = {widest:.1f} %, is above {MAX_THRESHOLD_PCT:g} %: a shape "
+                             "that much slower would read ok")
+        return self
 
 
 class RefreshSpec(_Strict):
-    max_noise_pct: float = Field(gt=0)
-    history_runs: int = Field(default=5, ge=1)
-    remeasure_rounds: int = Field(default=2, ge=0)
+    max_noise_pct: Number = Field(gt=0, le=MAX_THRESHOLD_PCT)
+    history_runs: Whole = Field(default=5, ge=1)
+    remeasure_rounds: Whole = Field(default=2, ge=0)
 
 
 class MeasureSpec(_Strict):
-    warmup: int = Field(ge=1)
-    dispatches: int = Field(ge=5)
+    warmup: Whole = Field(ge=1)
+    dispatches: Whole = Field(ge=5)
     # A single rep has no spread: noise would read 0 % and the gate would trust it blindly.
-    reps: int = Field(ge=2)
-    trim_low_pct: float = Field(ge=0, lt=50)
-    trim_high_pct: float = Field(ge=0, lt=50)
-    max_seconds_per_shape: float = Field(gt=0)
-    min_dispatches: int = Field(ge=5)
-    l2_flush: bool = False
-    seed: int = 0
+    reps: Whole = Field(ge=2)
+    trim_low_pct: Number = Field(ge=0, lt=50)
+    trim_high_pct: Number = Field(ge=0, lt=50)
+    max_seconds_per_shape: Number = Field(gt=0)
+    min_dispatches: Whole = Field(ge=5)
+    l2_flush: Flag = False
+    seed: Whole = 0
 
     @model_validator(mode="after")
     def _consistent(self) -> "MeasureSpec":
@@ -60,17 +82,17 @@ class MeasureSpec(_Strict):
 
 class CalibrationSpec(_Strict):
     # Unset: the bar of mha_ci.perf.calibrate.Bars (its one home).
-    max_false_regression_pct: float | None = Field(ge=0, le=100, default=None)
-    min_planted_catch_pct: float | None = Field(ge=0, le=100, default=None)
+    max_false_regression_pct: Number | None = Field(ge=0, le=100, default=None)
+    min_planted_catch_pct: Number | None = Field(ge=0, le=100, default=None)
 
 
 class SubsetSpec(_Strict):
-    size: int = Field(ge=1)
+    size: Whole = Field(ge=1)
     always: list[str] = []      # shape keys always in the pull-request subset
 
 
 class AgainstSpec(_Strict):
-    floor_pct: float = Field(gt=0)
+    floor_pct: Number = Field(gt=0, le=MAX_THRESHOLD_PCT)
 
 
 class PerfFile(_Strict):
@@ -103,7 +125,7 @@ class ModelSpec(_Strict):
     hk: Count
     dqk: HeadDim
     dv: HeadDim
-    sink: bool = False
+    sink: Flag = False
     window: Window = (-1, -1)
 
     @model_validator(mode="after")
@@ -116,7 +138,7 @@ class ModelSpec(_Strict):
 class ModelShapesSpec(_Strict):
     batch: Count
     seqlen: Count
-    causal: list[bool] = Field(min_length=1)
+    causal: list[Flag] = Field(min_length=1)
     layouts: list[Layout] = Field(min_length=1)
 
 
@@ -133,7 +155,7 @@ class BenchSpec(_Strict):
     prefill_extra_windows: list[Window] = []
     cross_attention: CrossAttentionSpec | None = None
     decode_seqlens_k: list[Count] = []
-    decode_causal: bool = True
+    decode_causal: Flag = True
 
     @model_validator(mode="after")
     def _divides(self) -> "BenchSpec":
@@ -152,10 +174,10 @@ class TestShapeSpec(_Strict):
     sk: Count
     dqk: HeadDim
     dv: HeadDim
-    causal: bool
+    causal: Flag
     window: Window = (-1, -1)
-    sink: bool = False
-    dropout_p: float = Field(ge=0, lt=1, default=0.0)
+    sink: Flag = False
+    dropout_p: Number = Field(ge=0, lt=1, default=0.0)
 
 
 class BackwardSpec(_Strict):
@@ -165,7 +187,7 @@ class BackwardSpec(_Strict):
 
 class WorkloadsFile(_Strict):
     # `model_shapes` is the source tag of docs/workloads.md; pydantic reserves "model_" by default.
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, protected_namespaces=())
 
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     tensor_parallel: list[Count] = Field(min_length=1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StringConstraints, model_validator
 
 # No '-' in arch names: job ids are <kind>-<arch>-<toolchain>[-<i>of<N>] and must split back.
 ArchName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.]*$")]
@@ -19,6 +19,21 @@ NonEmpty = Annotated[str, StringConstraints(min_length=1, strip_whitespace=True)
 # Shared with the schemas of the other pipelines files.
 StrictCount = Annotated[int, Strict(), Field(ge=1)]
 StrictPositive = Annotated[int, Strict(), Field(gt=0)]
+# YAML's `"yes"` or `1` is not a boolean setting (pydantic's lax mode would take both).
+Flag = Annotated[bool, Strict()]
+# GitHub runs at most 256 jobs of one matrix: 64 shards of one arch, times two toolchains, is half.
+MAX_SHARDS = 64
+
+
+def _no_expression(label: str) -> str:
+    # A label is copied into the workflows' `runs-on`; an expression there would be evaluated with
+    # the event's context (a pull request's title, a branch name) and pick the runner.
+    if "${{" in label or "}}" in label:
+        raise ValueError(f"runner label {label!r} holds a ${{{{ }}}} expression: labels are plain names")
+    return label
+
+
+RunnerLabel = Annotated[NonEmpty, AfterValidator(_no_expression)]
 
 
 class _Strict(BaseModel):
@@ -73,11 +88,11 @@ class ArchSpec(_Strict):
     vendor: Literal["amd", "nvidia", "cpu"]
     description: NonEmpty
     device: Literal["amd-gpu", "nvidia-gpu", "none"]
-    runner_labels: list[NonEmpty] = Field(min_length=1)
+    runner_labels: list[RunnerLabel] = Field(min_length=1)
     visible_devices_env: str | None
     compile_target: CompileTargetSpec | None
     workers: StrictCount
-    correctness_shards: StrictCount
+    correctness_shards: StrictCount = Field(le=MAX_SHARDS)
     limits: LimitsSpec | None = None
 
     @model_validator(mode="after")
@@ -106,7 +121,7 @@ ArchSelection = Union[Literal["all"], list[str]]
 
 class KindSpec(_Strict):
     archs: list[str] = Field(min_length=1)
-    sharded: bool = False
+    sharded: Flag = False
     # With `sharded`: this kind's own shard count on every arch (default: the arch's
     # correctness_shards).
     shards: Annotated[int, Strict(), Field(ge=1, le=64)] | None = None
@@ -134,7 +149,7 @@ class EventSpec(_Strict):
     branches: list[NonEmpty] | None = None
     labels: Literal["add", "replace", "ignore"] = "ignore"
     paths: Literal["apply", "ignore"] = "ignore"
-    skip_draft: bool = False
+    skip_draft: Flag = False
     documentation_only_archs: list[str] | None = None
 
 

@@ -13,7 +13,8 @@ Per shape (both sides' `trimmed_mean_us`):
                 without --cross-toolchain; torch, driver and unpinned sides are noted, not refused).
 An invalid shape whose measurement is broken - a shape the candidate should have measured and
 did not, a failed run, a trimmed mean, median, max or noise that is not a finite number, a time
-that is not positive, on either side - fails the gate whatever the policy says: a gate that cannot
+outside [MIN_TIME_US, MAX_TIME_US] (1 ns to an hour), a noise outside [0, MAX_NOISE_PCT], on
+either side - fails the gate whatever the policy says: a gate that cannot
 see a shape must not report it as passing. A candidate without `selection` is a full measurement:
 every baseline shape it lacks is broken. Only a shape new to the candidate (no baseline yet) and a
 noisy measurement are invalid without failing (unless `fail_on_invalid`), and only while they are
@@ -45,6 +46,14 @@ from mha_ci.perf.shapes import pass_of_key
 from mha_ci.perf.stats import stall_from_summary
 
 STATUSES = ("improvement", "ok", "regression", "invalid")
+# What a measured time can be, in us: no dispatch takes under a nanosecond, none of the workloads
+# an hour. Outside, it is not a measurement: 5e-324 us read as a 100 % improvement, and a delta
+# against it overflowed to Infinity (not JSON).
+MIN_TIME_US = 0.001
+MAX_TIME_US = 3.6e9
+# A noise (a standard deviation of rep means, in % of their median) below 0 is not one, and one
+# of a hundred times the value says the shape was not measured.
+MAX_NOISE_PCT = 1e4
 
 
 @dataclass(frozen=True)
@@ -297,6 +306,29 @@ def _stall(stats, policy: GatePolicy) -> dict | None:
     return stats.get("stall") or stall_from_summary(stats, policy.stall_factor, policy.stall_min_excess_us)
 
 
+def _broken_stats(side: str, stats: dict) -> str | None:
+    """Why one side's stats are not a measurement (a time or noise that cannot be one), or None."""
+    # The median and the max are what stalls are read from: a broken one hides a stall.
+    for name, label in (("trimmed_mean_us", "time"), ("median_us", "median_us"), ("max_us", "max_us")):
+        stored = stats.get(name)      # the messages show it as stored, not as a float
+        time = finite(stored)
+        if time is None:
+            return f"{side} {label} is not a number: {stored!r}"
+        if time <= 0:
+            return f"{side} {label} is not positive: {stored!r}"
+        if time < MIN_TIME_US:
+            return f"{side} {label} is below {MIN_TIME_US:g} us, not a measured time: {stored!r}"
+        if time > MAX_TIME_US:
+            return f"{side} {label} is above {MAX_TIME_US:g} us, not a measured time: {stored!r}"
+    if _noise(stats) is None:
+        return f"{side} noise is not a number: {stats.get('noise_pct')!r}"
+    for name in ("noise_pct", "between_run_noise_pct"):
+        value = stats.get(name)
+        if value is not None and not 0 <= value <= MAX_NOISE_PCT:
+            return f"{side} noise is not a percentage: {value!r}"
+    return None
+
+
 def _invalid_reason(b, c, bs, cs, policy: GatePolicy, refused: str | None) -> tuple[str, bool]:
     """(why the gate cannot judge this shape, whether that is a broken measurement), or ("", False)."""
     if refused:
@@ -309,17 +341,11 @@ def _invalid_reason(b, c, bs, cs, policy: GatePolicy, refused: str | None) -> tu
     for side, entry, stats in (("baseline", b, bs), ("candidate", c, cs)):
         if not isinstance(stats, dict):
             return f"{side} failed: {entry.get('error')}", True
-        # The median and the max are what stalls are read from: a broken one hides a stall.
-        for name, label in (("trimmed_mean_us", "time"), ("median_us", "median_us"), ("max_us", "max_us")):
-            stored = stats.get(name)      # the messages show it as stored, not as a float
-            time = finite(stored)
-            if time is None:
-                return f"{side} {label} is not a number: {stored!r}", True
-            if time <= 0:
-                return f"{side} {label} is not positive: {stored!r}", True
+        broken = _broken_stats(side, stats)
+        if broken:
+            return broken, True
         noise = _noise(stats)
-        if noise is None:
-            return f"{side} noise is not a number: {stats.get('noise_pct')!r}", True
+        assert noise is not None        # _broken_stats refuses a noise that is not a number
         noises.append((side, noise, noise > stats["noise_pct"]))
     for side, noise, between_runs in noises:
         if noise > policy.invalid_noise_pct:

@@ -52,12 +52,12 @@ def parse_perf(data: bytes, source: str) -> dict:
     if len(data) > MAX_PERF_BYTES:
         raise ConfigError(f"perf result has more than the {MAX_PERF_BYTES} allowed bytes", file=source)
     try:
-        doc = json.loads(data.decode(), parse_int=_float_sized_int)
+        doc = json.loads(data.decode(), parse_int=_float_sized_int, object_pairs_hook=_unique_keys)
     except UnicodeDecodeError as exc:
         raise ConfigError(f"perf result is not UTF-8 text (byte {exc.start})", file=source) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"not JSON: {exc.msg}", file=source, line=exc.lineno) from None
-    except _OutOfRange as exc:
+    except (_OutOfRange, _DuplicateKey) as exc:
         raise ConfigError(str(exc), file=source) from None
     except RecursionError:
         raise ConfigError("perf result is nested too deep to be a perf document", file=source) from None
@@ -69,6 +69,21 @@ def parse_perf(data: bytes, source: str) -> dict:
 
 class _OutOfRange(ValueError):
     pass
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """An object of the document; JSON leaves a repeated key undefined (Python keeps the last, other
+    readers the first), so two readers of one file could see two different times."""
+    found: dict = {}
+    for key, value in pairs:
+        if key in found:
+            raise _DuplicateKey(f"duplicate key {key!r} in one object")
+        found[key] = value
+    return found
 
 
 # Every number of a perf document is used as a float; a longer integer does not fit one (the gate

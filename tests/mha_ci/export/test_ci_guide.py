@@ -38,5 +38,6 @@ def test_guide_states_the_trust_model_and_the_settings_it_relies_on(repo_root):
     for needed in ("`pr-gpu.yml`", "`pull_request_target`", f"`{APPROVAL_LABEL}`", f"`{GPU_STATUS}`",
                    "GitHub-hosted", "exit 2", "default branch", "read-only token", "no secrets",
                    "*selected workflows*", "--ephemeral", "require approval for all outside collaborators",
-                   "triage", "Branch protection"):
+                   "triage", "Branch protection", "`mha-ci run --gate-from`", "judged by the base's",
+                   "`ACTIONS_RUNTIME_TOKEN`", "no `container:`"):
         assert needed in trust, needed

@@ -103,5 +103,8 @@ def test_gpu_jobs_pull_with_the_workflow_token(pipeline_root):
     assert cli(["--root", str(pipeline_root), "export", "github"]) == 0
     for name in ("pr-gpu.yml", "main.yml"):
         gpu = load(pipeline_root / ".github/workflows" / name)["jobs"]["gpu"]
-        assert gpu["container"]["image"] == "${{ matrix.image }}"
-        assert gpu["container"]["credentials"]["password"] == "${{ secrets.GITHUB_TOKEN }}"
+        pull = gpu["steps"][0]
+        assert pull["env"] == {"IMAGE": "${{ matrix.image }}", "REGISTRY_USER": "${{ github.actor }}",
+                               "REGISTRY_TOKEN": "${{ github.token }}"}
+        assert "--password-stdin" in pull["run"] and 'docker pull "$IMAGE"' in pull["run"]
+        assert gpu["permissions"]["packages"] == "read"

@@ -34,6 +34,11 @@ def scaled(document: dict, factor: float, keys=None, **stats) -> dict:
     return out
 
 
+def timed(document: dict, key: str, us: float) -> dict:
+    """`document` with every time of shape `key` set to `us`."""
+    return scaled(document, 1.0, keys=[key], trimmed_mean_us=us, median_us=us, max_us=us)
+
+
 def without(document: dict, *names: str, keep: int | None = None) -> dict:
     """`document` without the top-level `names`, and with only its first `keep` results."""
     out = {k: v for k, v in copy.deepcopy(document).items() if k not in names}
@@ -78,6 +83,20 @@ GATE_CASES = [
      f"broken measurement: {A}: baseline median_us is not a number: None"),
     ("healthy-subset", FULL, with_selection(without(FULL, keep=30), subset="pr", count=30), 0,
      "0 regressions"),
+    # Not a physical time (below a nanosecond, or above an hour): read as a 100 % improvement, or
+    # as a delta that overflows to Infinity, it would pass.
+    ("candidate-time-5e-324", PAIR, timed(PAIR, A, 5e-324), 1,
+     f"broken measurement: {A}: candidate time is below 0.001 us"),
+    ("candidate-time-1e-300", PAIR, timed(PAIR, A, 1e-300), 1,
+     f"broken measurement: {A}: candidate time is below 0.001 us"),
+    ("baseline-time-5e-324", timed(PAIR, B, 5e-324), PAIR, 1,
+     f"broken measurement: {B}: baseline time is below 0.001 us"),
+    ("candidate-time-1e300", PAIR, timed(PAIR, A, 1e300), 1,
+     f"broken measurement: {A}: candidate time is above 3.6e+09 us"),
+    ("candidate-noise-negative", PAIR, scaled(PAIR, 1.5, keys=[A], noise_pct=-40.0), 1,
+     f"broken measurement: {A}: candidate noise is not a percentage: -40.0"),
+    ("baseline-noise-1e300", scaled(PAIR, 1.0, keys=[B], noise_pct=1e300), PAIR, 1,
+     f"broken measurement: {B}: baseline noise is not a percentage: 1e+300"),
 ]
 
 
@@ -106,6 +125,21 @@ def test_a_shape_hidden_by_between_run_noise_is_invalid_not_ok(tmp_path, repo_ro
     assert shapes[A]["reason"] == "too noisy: candidate noise 30.0 % (between runs) > 5.0 %"
 
 
+def _strict_json(text: str) -> dict:
+    def refuse(constant: str):
+        raise AssertionError(f"{constant} in the JSON output: not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("base, cand", [(timed(PAIR, A, 5e-324), PAIR), (PAIR, timed(PAIR, A, 1e300)),
+                                        (scaled(PAIR, 1.0, keys=[A], noise_pct=1e300), PAIR)],
+                         ids=["baseline-5e-324", "candidate-1e300", "noise-1e300"])
+def test_the_json_report_stays_json_whatever_the_times(tmp_path, repo_root, capsys, base, cand):
+    assert _compare(tmp_path, repo_root, base, cand, "--format", "json") == 1
+    report = _strict_json(capsys.readouterr().out)
+    assert report["gate_failed"] and report["summary"]["improvement"] == 0
+
+
 def _deep(levels: int) -> str:
     return json.dumps(PAIR)[:-1] + ', "deep": ' + "[" * levels + "]" * levels + "}"
 
@@ -132,6 +166,11 @@ BAD_DOCUMENTS = [
      "selection count 1 is below the 2 results"),
     ("selection-subset-unknown", with_selection(PAIR, subset="most", count=2), "selection subset 'most'"),
     ("origins-not-objects", _raw(PAIR, '"origins": [{', '"origins": ["x", {'), "origins is not a list of objects"),
+    # JSON leaves duplicate keys undefined and Python keeps the last: a reader of the file (or
+    # another tool) would see one time, the gate another.
+    ("duplicate-time", _raw(PAIR, '"trimmed_mean_us": 100.0', '"trimmed_mean_us": 500.0, "trimmed_mean_us": 100.0'),
+     "duplicate key 'trimmed_mean_us'"),
+    ("duplicate-results", _raw(PAIR, '"results": [', '"results": [], "results": ['), "duplicate key 'results'"),
 ]
 
 

@@ -78,7 +78,9 @@ def flows() -> dict[str, dict]:
 
 def may_be_self_hosted(job: dict) -> bool:
     runs_on = job["runs-on"]
-    return runs_on != steps.HOSTED_RUNNER and runs_on != "${{ fromJSON(matrix.runs_on) }}" or "container" in job
+    gpu_matrix = "outputs.gpu)" in str(job.get("strategy", {}).get("matrix", ""))
+    return (runs_on != steps.HOSTED_RUNNER and runs_on != "${{ fromJSON(matrix.runs_on) }}" or "container" in job
+            or gpu_matrix)
 
 
 def test_pull_request_code_never_has_a_self_hosted_job(flows):
@@ -110,15 +112,21 @@ def test_approved_gpu_jobs_run_the_labelled_sha_read_only(flows):
     assert plan["if"] == (f"github.event.action == 'labeled' && github.event.label.name == '{label}' "
                           "&& github.event.pull_request.draft == false")
     assert gpu["needs"] == "plan" and gpu["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.gpu) }}"
-    # the approval is checked again on the GPU runner before anything is checked out
-    first, checkout = gpu["steps"][0], gpu["steps"][1]
-    assert first["run"] == approved_gpu.APPROVAL_CHECK and first["env"]["APPROVED_SHA"] == APPROVED_SHA
-    assert checkout["uses"].startswith("actions/checkout@")
-    assert checkout["with"] == {"ref": APPROVED_SHA, "persist-credentials": False}
-    # read-only token: nothing written, no secret but the token that pulls the image
+    # the approval is checked again on the GPU runner before anything is checked out: nothing runs
+    # before it but the pull of the (default branch's) image it runs in
+    names = [step["name"] for step in gpu["steps"]]
+    check = gpu["steps"][names.index("Approval still holds for this commit")]
+    checkouts = [i for i, step in enumerate(gpu["steps"]) if step.get("uses", "").startswith("actions/checkout@")]
+    assert names[:2] == ["Pull the toolchain image", "Approval still holds for this commit"] and checkouts[0] == 2
+    assert approved_gpu.APPROVAL_SCRIPT in check["run"] and check["env"]["APPROVED_SHA"] == APPROVED_SHA
+    code = gpu["steps"][checkouts[0]]
+    assert code["with"] == {"ref": APPROVED_SHA, "path": "code", "persist-credentials": False}
+    # read-only token: nothing written, no secret; the token reaches the image pull and the approval
+    # check, never the step that runs the pull request's code
     assert all(value == "read" for value in gpu["permissions"].values())
-    text = json.dumps(gpu)
-    assert text.count("secrets.") == 1 and gpu["container"]["credentials"]["password"] == "${{ secrets.GITHUB_TOKEN }}"
+    assert "secrets." not in json.dumps(gpu)
+    tokened = [step["name"] for step in gpu["steps"] if "github.token" in json.dumps(step)]
+    assert tokened == ["Pull the toolchain image", "Approval still holds for this commit"]
     # the plan runs the default branch's mha-ci: the approved commit is only diffed
     plan_checkouts = [s for s in plan["steps"] if s.get("uses", "").startswith("actions/checkout@")]
     assert plan_checkouts[0]["with"] == {"fetch-depth": 0, "persist-credentials": False}
@@ -161,6 +169,116 @@ def test_no_checkout_persists_credentials_and_nightly_push_gets_the_token_itself
     assert push["env"]["GH_TOKEN"] == "${{ github.token }}"
 
 
+# -- no runtime token near the pull request's code ---------------------------------------------
+# Every JavaScript action (upload-artifact, checkout, ...) gets ACTIONS_RUNTIME_TOKEN, which also
+# writes the cache; a pull_request_target run's cache scope is the default branch's, which main.yml
+# and pr.yml restore. In a `container:` job those actions run in the container the pull request's
+# code ran in, which holds their code (the runner's _actions folder is mounted writable) and
+# whatever process that code left behind. So the pull request's code runs only inside the
+# `docker run` of one step, and every action runs on the host, after that container is gone.
+
+GPU_JOBS = [("pr-gpu.yml", "gpu"), ("main.yml", "gpu")]
+
+
+def gpu_steps(flows, name: str) -> dict[str, dict]:
+    return {step["name"]: step for step in flows[name]["jobs"]["gpu"]["steps"]}
+
+
+@pytest.mark.parametrize("name, job_id", GPU_JOBS)
+def test_no_action_shares_a_container_with_the_code_under_test(flows, name, job_id):
+    job = flows[name]["jobs"][job_id]
+    assert "container" not in job and "services" not in job
+    names = [step["name"] for step in job["steps"]]
+    run, stop = names.index("Run"), names.index("Stop the run's container")
+    assert run < stop < names.index("Results for the gate") < names.index("Upload results")
+    # actions after the run only once its container is removed, whatever the run's outcome
+    assert job["steps"][stop]["if"] == "always()" and "docker rm --force" in job["steps"][stop]["run"]
+    for index, step in enumerate(job["steps"]):
+        if "uses" in step and index > run:
+            assert index > stop, f"{name}: {step['name']} runs beside the run's container"
+    # the container starts from the image alone: no tokens, no runner folders, nothing of the host's
+    script = job["steps"][run]["run"]
+    assert 'docker run --rm --name "$container"' in script
+    for forbidden in ("--privileged", "--pid", "docker.sock", "RUNNER_TEMP", "_actions", "--env-file",
+                      "GITHUB_WORKSPACE", "--network host", "TOKEN"):
+        assert forbidden not in script, f"{name}: {forbidden} in the run step"
+    assert "github.token" not in json.dumps(job["steps"][run])
+    mounts = re.findall(r'--volume "([^"]+)"', script)
+    expected = ['$PWD/code:/checkout:ro', '$PWD/out:/out']
+    if name == "pr-gpu.yml":
+        expected.append('$PWD/base:/base:ro')
+    assert sorted(mounts) == sorted(expected)
+    assert re.findall(r"--env (\w+)", script) == ["JOB_ID"]
+
+
+@pytest.mark.parametrize("name, job_id", GPU_JOBS)
+def test_the_upload_holds_regular_files_of_the_run_only(flows, name, job_id):
+    steps_ = gpu_steps(flows, name)
+    assert steps_["Upload results"]["with"]["path"] == "results/"
+    assert steps_["Summary"]["run"].count("results/summary.md") == 2 and "out/" not in steps_["Summary"]["run"]
+
+
+def run_step(flows, name: str, step: str, cwd: Path, env: dict, path_dir: Path | None = None):
+    script = gpu_steps(flows, name)[step]["run"]
+    full = {**os.environ, **env, **({"PATH": f"{path_dir}:{os.environ['PATH']}"} if path_dir else {})}
+    return subprocess.run(["bash", "-e", "-c", script], cwd=cwd, env=full, capture_output=True, text=True,
+                          timeout=30)
+
+
+def test_results_for_the_gate_keep_regular_files_and_the_hosts_exit_code(flows, tmp_path):
+    """What the run's container left in out/ could point anywhere on the host: links, FIFOs and an
+    exit-code of its own are not uploaded; the exit code is the one `docker run` returned."""
+    secret = tmp_path / "runner-credentials"
+    secret.write_text("do not upload")
+    out = tmp_path / "out"
+    (out / "jobs").mkdir(parents=True)
+    (out / "results.json").write_text("{}")
+    (out / "jobs" / "perf.json").write_text("{}")
+    (out / "exit-code").write_text("0\n")
+    (out / "jobs" / "link.json").symlink_to(secret)
+    (out / "linked-folder").symlink_to(tmp_path)
+    os.mkfifo(out / "jobs" / "pipe")
+    (tmp_path / "exit-code").write_text("1\n")
+    done = run_step(flows, "pr-gpu.yml", "Results for the gate", tmp_path, {})
+    assert done.returncode == 0, done.stderr
+    kept = sorted(str(p.relative_to(tmp_path / "results")) for p in (tmp_path / "results").rglob("*"))
+    assert kept == ["exit-code", "jobs", "jobs/perf.json", "results.json"]
+    assert (tmp_path / "results" / "exit-code").read_text() == "1\n"
+    assert not any(p.is_symlink() for p in (tmp_path / "results").rglob("*"))
+
+
+def test_the_run_records_docker_runs_exit_code_outside_the_containers_reach(flows, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$DOCKER_ARGS"\nexit 7\n')
+    (bin_dir / "docker").chmod(0o755)
+    env = {"DOCKER_ARGS": str(tmp_path / "args"), "JOB_ID": "perf-sm90-triton-3.4", "IMAGE": "ghcr.io/o/r/i:t",
+           "CONTAINER_OPTIONS": "--gpus all", "GITHUB_RUN_ID": "5", "GITHUB_RUN_ATTEMPT": "1"}
+    done = run_step(flows, "pr-gpu.yml", "Run", tmp_path, env, bin_dir)
+    assert done.returncode == 7
+    assert (tmp_path / "exit-code").read_text() == "7\n" and not (tmp_path / "out" / "exit-code").exists()
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[:4] == ["run", "--rm", "--name", "mha-ci-5-1-perf-sm90-triton-3.4"]
+    assert ["--gpus", "all"] == args[4:6] and "ghcr.io/o/r/i:t" in args
+    assert args[-2:] == ["--gate-from", "/base"]
+    # a runner that kept the last job's out/ (not ephemeral) would upload it as this job's
+    (tmp_path / "args").unlink()
+    done = run_step(flows, "pr-gpu.yml", "Run", tmp_path, env, bin_dir)
+    assert done.returncode == 3 and "exists before the run" in done.stderr
+    assert not (tmp_path / "args").exists() and not (tmp_path / "exit-code").exists()
+
+
+def test_the_approved_run_is_judged_by_the_base_branchs_gate(flows):
+    """pr-gpu.yml checks out the base branch (the commit the run's plan came from) beside the
+    approved commit and passes it read-only as --gate-from; main.yml judges main by itself."""
+    gpu = gpu_steps(flows, "pr-gpu.yml")
+    assert gpu["Check out the base branch (gate settings and baselines)"]["with"] == {
+        "path": "base", "persist-credentials": False}
+    assert "--volume \"$PWD/base:/base:ro\"" in gpu["Run"]["run"] and " --gate-from /base\n" in gpu["Run"]["run"]
+    main_run = gpu_steps(flows, "main.yml")["Run"]["run"]
+    assert "--gate-from" not in main_run and "/base" not in main_run
+
+
 def fake_api(tmp_path: Path, head: str, labels: list[str]) -> str:
     pulls = tmp_path / "repos" / "owner" / "repo" / "pulls"
     pulls.mkdir(parents=True)
@@ -168,17 +286,24 @@ def fake_api(tmp_path: Path, head: str, labels: list[str]) -> str:
     return tmp_path.as_uri()
 
 
+@pytest.mark.parametrize("in_image", [False, True], ids=["hosted", "in-image"])
 @pytest.mark.parametrize("head, labels, ok", [
     ("a" * 40, ["gpu-approved", "ci:sm90"], True),
     ("b" * 40, ["gpu-approved"], False),            # pushed after the label
     ("a" * 40, ["ci:sm90"], False),                  # label taken away
 ])
-def test_approval_check_refuses_a_moved_head_or_a_removed_label(tmp_path, head, labels, ok):
+def test_approval_check_refuses_a_moved_head_or_a_removed_label(tmp_path, head, labels, ok, in_image):
+    # In the GPU job the check runs in the image: this `docker` runs the command after the image.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text('#!/bin/sh\nwhile [ "$1" != "$IMAGE" ]; do shift; done\nshift\nexec "$@"\n')
+    (bin_dir / "docker").chmod(0o755)
     env = {**os.environ, "GITHUB_API_URL": fake_api(tmp_path, head, labels), "GITHUB_REPOSITORY": "owner/repo",
            "PR_NUMBER": "7", "GH_TOKEN": "t", "APPROVED_SHA": "a" * 40, "APPROVAL_LABEL": "gpu-approved",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-e", "-c", approved_gpu.APPROVAL_CHECK], env=env, capture_output=True,
-                          text=True, timeout=30)
+           "IMAGE": "ghcr.io/o/r/i:t", "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    step = approved_gpu.approval_check_step(in_image=in_image)
+    assert set(step["env"]) | {"GITHUB_API_URL", "GITHUB_REPOSITORY"} >= set(approved_gpu.APPROVAL_ENV)
+    done = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, timeout=30)
     assert (done.returncode == 0) is ok, done.stderr
     if not ok:
         assert "approval withdrawn" in done.stderr
@@ -202,3 +327,13 @@ def test_zizmor_finds_nothing_unjustified_and_would_find_the_unjustified(tmp_pat
     gpu_flow.write_text(re.sub(r"  # zizmor: ignore\[[a-z-]+\].*", "", gpu_flow.read_text()))
     done = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "dangerous-triggers" in done.stdout + done.stderr
+
+
+def test_the_gates_word_on_a_forks_missing_gpu_result_matches_pr_gpu(flows):
+    """A fork's GPU jobs are not barred from the runners: they wait for the approval label."""
+    from mha_ci.export import gate
+
+    why = gate.WITHHELD_FROM_FORKS
+    assert "withheld" in why and "fork" in why
+    assert "pr-gpu.yml" in why and approved_gpu.APPROVAL_LABEL in why
+    assert "only branches of this repository" not in why

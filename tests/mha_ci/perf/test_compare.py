@@ -212,4 +212,4 @@ def test_perf_yaml_sets_the_invalid_share_and_refuses_a_useless_one(pipeline_roo
     perf_yaml.write_text(perf_yaml.read_text().replace("max_invalid_pct: 5.0", "max_invalid_pct: 100"))
     assert main(["--root", str(pipeline_root), "validate"]) == 2
     err = capsys.readouterr().err
-    assert "perf.yaml" in err and "max_invalid_pct" in err and "less than 100" in err
+    assert "perf.yaml" in err and "max_invalid_pct" in err and "less than or equal to 50" in err
