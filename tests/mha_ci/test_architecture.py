@@ -165,7 +165,12 @@ def test_no_payload_can_reach_pydantic_or_yaml():
     assert not bad, f"payloads run with the toolchain's packages only: {bad}"
 
 
-@pytest.mark.parametrize("payload", payload_modules())
+# Payload modules that define @triton.jit kernels at import, so they load only inside a toolchain
+# (which this test's interpreter is not); the ast walk above still checks their imports.
+KERNEL_MODULES = {"mha_ci.payloads.memcheck_plant"}
+
+
+@pytest.mark.parametrize("payload", [m for m in payload_modules() if m not in KERNEL_MODULES])
 def test_every_payload_imports_without_pydantic_or_yaml(payload):
     # The ast walk above, checked by the interpreter: both blocked, the payload module still loads.
     code = "import sys; sys.modules['pydantic'] = None; sys.modules['yaml'] = None; import " + payload

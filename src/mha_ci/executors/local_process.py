@@ -29,6 +29,8 @@ PASSTHROUGH = (
     "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
     # Triton 3.4 links AMD code objects with an external ld.lld (docs/facts.md); cache location
     "TRITON_HIP_LLD_PATH", "TRITON_CACHE_DIR",
+    # where the memcheck job finds compute-sanitizer (mha_ci.payloads.sanitizer.find)
+    "MHA_CI_COMPUTE_SANITIZER", "CUDA_HOME",
 )
 
 TAIL_LINES = 60

@@ -60,6 +60,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from mha_ci.errors import ConfigError
 from mha_ci.export import yaml_text
 from mha_ci.export.approved_gpu import APPROVAL_LABEL, pr_gpu_workflow
 from mha_ci.export.images_workflow import REGISTRY_FROM_REPOSITORY, images_workflow
@@ -302,6 +303,20 @@ def _golden_job(pipeline: Pipeline, arch_name: str, golden: str, top: str) -> di
     }
 
 
+def _nightly_check_label(pipeline: Pipeline) -> str | None:
+    """The label that selects exactly the scheduled kinds other than refresh (memcheck): the nightly
+    plans its GPU checks through it, so they are what a pull request with that label runs. None
+    when the schedule runs nothing but refresh; ConfigError when no label selects them alone."""
+    scheduled = {kind for run in pipeline.events["schedule"].runs for kind in run.kinds} - {"refresh"}
+    if not scheduled:
+        return None
+    for rule in pipeline.triggers.labels:
+        if set(rule.selection.kinds) == scheduled and rule.selection.every_arch:
+            return rule.label
+    raise ConfigError(f"jobs.yaml schedules {', '.join(sorted(scheduled))}, which the nightly workflow plans through a "
+                      "label of triggers.yaml selecting exactly those kinds on all archs; none does")
+
+
 def nightly_workflow(pipeline: Pipeline) -> dict:
     archs = [a for a in pipeline.kinds["refresh"].archs if pipeline.archs[a].device != "none"]
     jobs = {f"refresh-{arch}".replace(".", "_"): _refresh_job(pipeline, arch) for arch in archs}
@@ -310,6 +325,13 @@ def nightly_workflow(pipeline: Pipeline) -> dict:
         # One study per GPU arch, on that arch's runners, beside its refresh.
         jobs.update({f"golden-vs-tot-{arch}".replace(".", "_"): _golden_job(pipeline, arch, golden, top)
                      for arch in archs})
+    label = _nightly_check_label(pipeline)
+    if label:
+        plan_cmd = f"mha-ci plan --event manual --labels {shlex.quote(label)} --format json > plan.json"
+        jobs["plan"] = plan_job(_plan_steps(plan_cmd, {}, None, group=None), ("cpu", "cpu_count", "gpu", "gpu_count"),
+                                ON_DEFAULT_BRANCH)
+        jobs["gpu"] = gpu_job(ON_DEFAULT_BRANCH)
+        jobs["gate"] = gate_job(["plan", "gpu"])
     return {
         "name": "nightly baseline refresh",
         "on": {"schedule": [{"cron": NIGHTLY_CRON}], "workflow_dispatch": {}},

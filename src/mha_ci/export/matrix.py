@@ -36,6 +36,12 @@ CONTAINER_OPTIONS = {
     "amd-gpu": "--device /dev/kfd --device /dev/dri --group-add video --security-opt seccomp=unconfined",
     "nvidia-gpu": "--gpus all",
 }
+# compute-sanitizer is not on PyPI, so the toolchain images (built from wheels) lack it: the
+# memcheck job uses the GPU runner's CUDA toolkit, read-only, and records its version.
+KIND_CONTAINER_OPTIONS = {
+    ("memcheck", "nvidia-gpu"): "--volume /usr/local/cuda:/opt/runner-cuda:ro "
+                                "--env MHA_CI_COMPUTE_SANITIZER=/opt/runner-cuda/bin/compute-sanitizer",
+}
 
 
 def image_reference(toolchain: Toolchain, arch: Arch) -> str:
@@ -98,8 +104,9 @@ def matrices(pipeline: Pipeline, plan: dict) -> dict[str, dict]:
         if group_of(arch) == "cpu":
             cpu.append(item)
         else:
-            gpu.append({**item, "image": image_reference(toolchain, arch),
-                        "container_options": CONTAINER_OPTIONS[arch.device]})
+            options = " ".join(filter(None, (CONTAINER_OPTIONS[arch.device],
+                                             KIND_CONTAINER_OPTIONS.get((kind, arch.device)))))
+            gpu.append({**item, "image": image_reference(toolchain, arch), "container_options": options})
     return {"cpu": {"include": cpu}, "gpu": {"include": gpu}}
 
 

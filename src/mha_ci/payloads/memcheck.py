@@ -34,6 +34,8 @@ import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
+from mha_ci.checksums.compile import CompileTarget
+from mha_ci.checksums.variants import enumerate_variants, problem_matrix
 from mha_ci.payloads import (EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_NO_RESULT, EXIT_OK, out_path, pincheck,
                              run_guarded, sanitizer)
 
@@ -53,9 +55,6 @@ def _log(message: str) -> None:
 
 def _plan(target_arg: str) -> dict:
     """Every variant of the arch, grouped by the matrix point that selects it, in matrix order."""
-    from mha_ci.checksums.compile import CompileTarget
-    from mha_ci.checksums.variants import enumerate_variants, problem_matrix
-
     arch, _, spec = target_arg.partition("=")
     variants = enumerate_variants(arch, CompileTarget.parse(spec))
     grouped: dict[str, list[dict]] = {p.label: [] for p in problem_matrix()}
@@ -315,7 +314,7 @@ def run(args) -> int:
 
 def _record_launches(launched: list[str]) -> None:
     """Every @triton.jit launch appends its function's name (kernel[grid](...) goes through run)."""
-    from triton.runtime.jit import JITFunction
+    from triton.runtime.jit import JITFunction  # toolchain only: the child, after the pin check
 
     original = JITFunction.run
 
@@ -329,14 +328,14 @@ def _record_launches(launched: list[str]) -> None:
 def child(args) -> int:
     pincheck.enforce_report()
     if args.plant:
-        from mha_ci.payloads import memcheck_plant
+        from mha_ci.payloads import memcheck_plant  # toolchain only: defines Triton kernels at import
 
         label = f"plant-{args.plant}"
         print(sanitizer.begin_line(label), flush=True)
         name = memcheck_plant.run(args.plant)
         print(sanitizer.end_line(label, name), flush=True)
         return EXIT_OK
-    from mha_ci.payloads.memcheck_problems import run_point
+    from mha_ci.payloads.memcheck_problems import run_point  # toolchain only: imports torch and mha
 
     problems = json.loads(out_path(args.problems).read_text())
     launched: list[str] = []

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 HEADS_Q, HEADS_K = 4, 2
 DROPOUT_P = 0.17
 
@@ -42,46 +40,49 @@ def describe_geometries(varlen: bool) -> list[str]:
     return [f"b{g.batch} sq{g.seqlen_q} sk{g.seqlen_k}" for g in DENSE]
 
 
-def _own(shape, dtype, device, requires_grad=False) -> torch.Tensor:
+def _own(torch, shape, dtype, device, requires_grad=False):
     t = torch.randn(shape, dtype=torch.float32, device=device).to(dtype)
     return t.requires_grad_(requires_grad)
 
 
 def run_point(point: dict, device: str = "cuda") -> None:
     """Forward and backward of one matrix point at every geometry (raises on any error)."""
-    import mha
-    from mha.launch import TORCH_DTYPES
+    import torch  # toolchain only: this module is imported by the orchestrating side's tests too
+
+    import mha  # the code under test, inside the toolchain
+    from mha.launch import TORCH_DTYPES  # the code under test, inside the toolchain
 
     dtype = TORCH_DTYPES[point["dtype"]]
     dqk, dv = point["dqk"], point["dv"]
     causal = bool(point.get("causal", False))
     window = tuple(point.get("window", (-1, -1)))
     dropout_p = DROPOUT_P if point.get("dropout") else 0.0
-    sink = _own((HEADS_Q,), torch.float32, device, requires_grad=True) if point.get("has_sink") else None
+    sink = _own(torch, (HEADS_Q,), torch.float32, device, requires_grad=True) if point.get("has_sink") else None
     if point.get("varlen"):
         total_q, total_k = sum(VARLEN_Q), sum(VARLEN_K)
-        q = _own((total_q, HEADS_Q, dqk), dtype, device, True)
-        k = _own((total_k, HEADS_K, dqk), dtype, device, True)
-        v = _own((total_k, HEADS_K, dv), dtype, device, True)
+        q = _own(torch, (total_q, HEADS_Q, dqk), dtype, device, True)
+        k = _own(torch, (total_k, HEADS_K, dqk), dtype, device, True)
+        v = _own(torch, (total_k, HEADS_K, dv), dtype, device, True)
         cu_q = torch.tensor([0, *_cumsum(VARLEN_Q)], dtype=torch.int32, device=device)
         cu_k = torch.tensor([0, *_cumsum(VARLEN_K)], dtype=torch.int32, device=device)
         out = mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(VARLEN_Q), max(VARLEN_K), dropout_p=dropout_p,
                                          causal=causal, window_size=window, sink=sink)
-        _backward(out, q, k, v, sink)
+        _backward(torch, out, q, k, v, sink)
         return
     for geo in DENSE:
-        q = _own((geo.batch, geo.seqlen_q, HEADS_Q, dqk), dtype, device, True)
-        k = _own((geo.batch, geo.seqlen_k, HEADS_K, dqk), dtype, device, True)
-        v = _own((geo.batch, geo.seqlen_k, HEADS_K, dv), dtype, device, True)
+        q = _own(torch, (geo.batch, geo.seqlen_q, HEADS_Q, dqk), dtype, device, True)
+        k = _own(torch, (geo.batch, geo.seqlen_k, HEADS_K, dqk), dtype, device, True)
+        v = _own(torch, (geo.batch, geo.seqlen_k, HEADS_K, dv), dtype, device, True)
         out = mha.flash_attn_func(q, k, v, dropout_p=dropout_p, causal=causal, window_size=window, sink=sink)
-        _backward(out, q, k, v, sink)
+        _backward(torch, out, q, k, v, sink)
 
 
-def _backward(out, q, k, v, sink) -> None:
+def _backward(torch, out, q, k, v, sink) -> None:
     inputs = [t for t in (q, k, v, sink) if t is not None]
     dout = torch.randn(out.shape, dtype=torch.float32, device=out.device).to(out.dtype)
     torch.autograd.grad(out, inputs, dout)
-    torch.cuda.synchronize()
+    if out.is_cuda:
+        torch.cuda.synchronize()
 
 
 def _cumsum(lengths) -> list[int]:

@@ -140,7 +140,7 @@ def test_pr_workflow_gates_only_the_jobs_it_runs(generated):
 
 
 def test_ci_checks_the_generated_workflows(generated):
-    for name in ("pr.yml", "main.yml"):
+    for name in ("pr.yml", "main.yml", "nightly.yml"):
         plan = workflows(generated)[name]["jobs"]["plan"]
         assert any(step.get("run") == "mha-ci export github --check" for step in plan["steps"]), name
 
@@ -149,6 +149,7 @@ EXTRA_PERMISSIONS = {   # workflow, job: the permissions beyond contents: read, 
     ("nightly.yml", "refresh-*"): {"contents": "write", "pull-requests": "write"},   # push, open a PR
     ("images.yml", "publish"): {"contents": "read", "packages": "write"},            # push images
     ("main.yml", "gpu"): {"contents": "read", "packages": "read"},                   # pull its image
+    ("nightly.yml", "gpu"): {"contents": "read", "packages": "read"},                # memcheck: pull its image
     ("pr-gpu.yml", "gpu"): {"contents": "read", "packages": "read", "pull-requests": "read"},
     ("pr-gpu.yml", "plan"): {"contents": "read", "pull-requests": "read"},           # approval check
     ("pr-gpu.yml", "revoke"): {"pull-requests": "write"},                            # remove the label
@@ -246,3 +247,20 @@ def test_cpu_jobs_cache_toolchain_envs_and_compile_cache_apart(generated):
     for name, job_id in (("main.yml", "gpu"), *(("pr-gpu.yml", j) for j in workflows(generated)["pr-gpu.yml"]["jobs"])):
         job = workflows(generated)[name]["jobs"][job_id]
         assert not any(step.get("uses", "").startswith("actions/cache@") for step in job["steps"]), job_id
+
+
+def test_nightly_runs_the_scheduled_memcheck_jobs_through_their_label(generated):
+    nightly = workflows(generated)["nightly.yml"]["jobs"]
+    plan_run = "\n".join(step.get("run", "") for step in nightly["plan"]["steps"])
+    assert "mha-ci plan --event manual --labels ci:memcheck" in plan_run
+    assert nightly["gpu"]["needs"] == "plan" and nightly["gate"]["needs"] == ["plan", "gpu"]
+
+
+def test_memcheck_jobs_get_the_runners_sanitizer(pipeline_root):
+    pipeline = load_pipeline(pipeline_root)
+    plan = {"jobs": [{"id": "memcheck-sm90-triton-3.4-1of2", "kind": "memcheck", "arch": "sm90", "toolchain": "triton-3.4"},
+                     {"id": "perf-sm90-triton-3.4", "kind": "perf", "arch": "sm90", "toolchain": "triton-3.4"}]}
+    memcheck, perf = matrix.matrices(pipeline, plan)["gpu"]["include"]
+    assert "MHA_CI_COMPUTE_SANITIZER=/opt/runner-cuda/bin/compute-sanitizer" in memcheck["container_options"]
+    assert memcheck["container_options"].startswith("--gpus all")
+    assert perf["container_options"] == "--gpus all"

@@ -69,7 +69,7 @@ def test_checked_in_pipeline_loads(repo_root):
     assert pipeline.archs["gfx942"].visible_devices_env == "HIP_VISIBLE_DEVICES"
     assert pipeline.archs["gfx942"].runner_labels == ("self-hosted", "linux", "mi300x")
     assert pipeline.shards("interpreter") == 2 and pipeline.shards("gfx950") == 4
-    assert list(pipeline.kinds) == ["correctness", "perf", "checksums", "refresh"]
+    assert list(pipeline.kinds) == ["correctness", "perf", "checksums", "refresh", "memcheck"]
     assert pipeline.kinds["checksums"].archs == ("interpreter",)
 
 
@@ -106,7 +106,7 @@ def test_vendor_and_device_must_agree(pipeline_root, capsys):
 
 
 def test_unknown_toolchain_in_known_failures(pipeline_root, capsys):
-    path = _edit(pipeline_root, "known_failures.yaml", "known_failures: []",
+    path = _edit(pipeline_root, "known_failures.yaml", "known_failures:\n",
                  "known_failures:\n  - test: tests/mha/test_forward.py::test_dense\n"
                  "    arch: gfx950\n    toolchain: triton-3.88\n    reason: example\n")
     assert _validate(pipeline_root) == 2
@@ -117,7 +117,7 @@ def test_unknown_toolchain_in_known_failures(pipeline_root, capsys):
 
 
 def test_unknown_arch_in_known_failures(pipeline_root, capsys):
-    path = _edit(pipeline_root, "known_failures.yaml", "known_failures: []",
+    path = _edit(pipeline_root, "known_failures.yaml", "known_failures:\n",
                  "known_failures:\n  - test: tests/mha/test_forward.py::test_dense\n"
                  "    arch: gfx95\n    toolchain: triton-3.8\n    reason: example\n")
     assert _validate(pipeline_root) == 2
@@ -127,7 +127,7 @@ def test_unknown_arch_in_known_failures(pipeline_root, capsys):
 
 
 def test_known_failure_needs_a_reason(pipeline_root, capsys):
-    _edit(pipeline_root, "known_failures.yaml", "known_failures: []",
+    _edit(pipeline_root, "known_failures.yaml", "known_failures:\n",
           "known_failures:\n  - test: tests/mha/test_forward.py::test_dense\n"
           "    arch: gfx950\n    toolchain: triton-3.8\n")
     assert _validate(pipeline_root) == 2
@@ -135,7 +135,7 @@ def test_known_failure_needs_a_reason(pipeline_root, capsys):
 
 
 def test_known_failures_load_into_the_model(pipeline_root):
-    _edit(pipeline_root, "known_failures.yaml", "known_failures: []",
+    _edit(pipeline_root, "known_failures.yaml", "known_failures:\n",
           "known_failures:\n  - test: tests/mha/test_forward.py::test_dense[bf16*]\n"
           "    arch: gfx950\n    toolchain: triton-3.8\n    reason: upstream issue\n")
     pipeline = load_pipeline(pipeline_root)
@@ -274,3 +274,16 @@ def test_a_boolean_is_not_a_count(pipeline_root, capsys, old, new):
     assert _validate(pipeline_root) == 2
     err = capsys.readouterr().err
     assert "archs.yaml:" in err and "integer" in err, err
+
+
+def test_a_kinds_own_shard_count_needs_sharding(pipeline_root, capsys):
+    _edit(pipeline_root, "jobs.yaml", "    sharded: true\n    shards: 2\n", "    shards: 2\n")
+    assert _validate(pipeline_root) == 2
+    assert "shards is set but the kind is not sharded" in _error(capsys)
+
+
+def test_a_kinds_shard_count_is_a_bounded_int(pipeline_root, capsys):
+    _edit(pipeline_root, "jobs.yaml", "    shards: 2\n", "    shards: \"2\"\n")
+    assert _validate(pipeline_root) == 2
+    _edit(pipeline_root, "jobs.yaml", "    shards: \"2\"\n", "    shards: 1000\n")
+    assert _validate(pipeline_root) == 2

@@ -71,8 +71,9 @@ def test_pull_request_labeled_sm90(repo_root, capsys, tmp_path):
 def test_pull_request_config_change_adds_that_arch(repo_root, capsys):
     result = _plan(repo_root, capsys, "--github-event", str(EVENTS / "pull_request_synchronize.json"),
                    "--changed-files", str(EVENTS / "changed_config_gfx942.txt"))
+    # a config is under src/mha/: the sanitizer checks every sm90 variant (memcheck)
     assert _pairs(result) == DEFAULT_PR | {("correctness", "gfx942"), ("perf", "gfx942"),
-                                           ("checksums", "interpreter")}
+                                           ("checksums", "interpreter"), ("memcheck", "sm90")}
     planned = _planned(result)
     assert planned["correctness-gfx942-triton-3.8-4of4"] == "path src/mha/configs/gfx942-MHA-DEFAULT.json"
     assert planned["perf-gfx942-triton-3.4"] == "path src/mha/configs/gfx942-MHA-DEFAULT.json"
@@ -85,7 +86,8 @@ def test_pull_request_config_change_adds_that_arch(repo_root, capsys):
 def test_config_of_another_arch_does_not_leak(repo_root, capsys, tmp_path):
     result = _plan(repo_root, capsys, "--changed-files",
                    _changed(tmp_path, "src/mha/configs/sm90-MHA-DEFAULT.json"))
-    assert _pairs(result) == DEFAULT_PR | {("correctness", "sm90"), ("perf", "sm90"), ("checksums", "interpreter")}
+    assert _pairs(result) == DEFAULT_PR | {("correctness", "sm90"), ("perf", "sm90"), ("checksums", "interpreter"),
+                                           ("memcheck", "sm90")}
     assert _planned(result)["perf-sm90-triton-3.4"] == "path src/mha/configs/sm90-MHA-DEFAULT.json"
 
 
@@ -148,7 +150,8 @@ def test_push_to_another_branch_plans_nothing(repo_root, capsys):
 
 def test_schedule_refreshes_every_gpu_arch(repo_root, capsys):
     result = _plan(repo_root, capsys, "--github-event", str(EVENTS / "schedule.json"))
-    assert sorted(_planned(result)) == sorted(f"refresh-{a}-{tc}" for a in GPU_ARCHS for tc in TOOLCHAINS)
+    memcheck = [f"memcheck-sm90-{tc}-{i}of2" for tc in TOOLCHAINS for i in (1, 2)]
+    assert sorted(_planned(result)) == sorted([f"refresh-{a}-{tc}" for a in GPU_ARCHS for tc in TOOLCHAINS] + memcheck)
     assert set(_planned(result).values()) == {"schedule: every arch"}
     assert "interpreter has none to refresh" in _skipped(result)["refresh-interpreter-triton-3.8"]
 
@@ -172,11 +175,11 @@ def test_event_flag_overrides_and_accepts_github_names(repo_root, capsys):
     assert _pairs(as_manual) == _everything_but_refresh()
     # A push payload planned as a schedule: --event decides the kind.
     as_schedule = _plan(repo_root, capsys, "--github-event", str(EVENTS / "push_main.json"), "--event", "schedule")
-    assert {kind for kind, _ in _pairs(as_schedule)} == {"refresh"}
+    assert {kind for kind, _ in _pairs(as_schedule)} == {"refresh", "memcheck"}
 
 
 def test_ci_perf_adds_perf_on_the_selected_archs(repo_root, capsys, tmp_path):
-    changed = _changed(tmp_path, "src/mha/flash_fwd.py")
+    changed = _changed(tmp_path, "src/mha_ci/cli.py")     # no path rule: the default arch only
     result = _plan(repo_root, capsys, "--changed-files", changed, "--labels", "ci:perf")
     assert {a for k, a in _pairs(result) if k == "perf"} == {"gfx950"}
     result = _plan(repo_root, capsys, "--changed-files", changed, "--labels", "ci:perf,ci:sm90")
@@ -192,7 +195,7 @@ def test_ci_all_adds_everything(repo_root, capsys, tmp_path):
 
 def test_all_counts_every_path_as_changed(repo_root, capsys):
     result = _plan(repo_root, capsys, "--all")
-    assert _pairs(result) == _everything_but_refresh()
+    assert _pairs(result) == _everything_but_refresh() | {("memcheck", "sm90")}
     assert "changed files unknown" in _planned(result)["perf-sm90-triton-3.4"]
 
 
@@ -271,7 +274,15 @@ def test_text_format_is_a_table(repo_root, capsys):
     assert main(["--root", str(repo_root), "plan", "--github-event", str(EVENTS / "schedule.json")]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0] == "6 jobs planned, 40 skipped"
+    assert lines[0] == "10 jobs planned, 46 skipped"
     assert lines[2].split() == ["JOB", "KIND", "ARCH", "TOOLCHAIN", "SHARD", "WHY"]
     assert lines[3].split()[:5] == ["refresh-gfx942-triton-3.4", "refresh", "gfx942", "triton-3.4", "-"]
     assert "skipped:" in lines
+
+
+def test_ci_memcheck_runs_the_sanitizer_shards_on_sm90(repo_root, capsys, tmp_path):
+    result = _plan(repo_root, capsys, "--changed-files", _changed(tmp_path, "README.md"), "--labels", "ci:memcheck")
+    planned = _planned(result)
+    assert sorted(j for j in planned if j.startswith("memcheck")) == \
+        [f"memcheck-sm90-{tc}-{i}of2" for tc in TOOLCHAINS for i in (1, 2)]
+    assert "compute-sanitizer is NVIDIA-only" in _skipped(result)["memcheck-gfx950-triton-3.4"]
