@@ -75,7 +75,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     logit of its own in the denominator). With return_lse, also lse (B, Hq, Sq) float32, the
     natural-log normalizer including the sink. Differentiable in q, k, v and sink.
 
-    Arguments are checked, never coerced: window_size takes ints, causal a bool, dropout_p and
+    Arguments are checked, never coerced: window_size takes ints (a side at least as long as the
+    keys (left) or the queries (right) excludes none, however large), causal a bool, dropout_p and
     softmax_scale numbers (softmax_scale finite); anything else raises a ValueError or TypeError
     (mha.validation) before a launch. sink (Hq,) is float32 or the inputs' dtype (bf16
     checkpoints store it so); the latter is upcast to float32, and its gradient comes back in its
@@ -84,6 +85,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     window, p, scale, causal, sink = _common_checks(q, k, v, dropout_p, softmax_scale, causal, window_size, sink,
                                                     varlen=False)
     b, sq, hq, _ = q.shape
+    window = validation.clamp_window(window, sq, k.shape[1])
     out_meta = torch.empty((b, sq, hq, v.shape[-1]), device="meta")  # allocated contiguous
     validation.check_attention_offsets(q, k, v, sq, k.shape[1], out_meta)
     validation.check_has_data(q=q, k=k, v=v)
@@ -105,6 +107,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                                     varlen=True)
     longest_q, longest_k = validation.check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
                                                        max_seqlen_q, max_seqlen_k, q.device)
+    window = validation.clamp_window(window, longest_q, longest_k)
     out_meta = torch.empty((q.shape[0], q.shape[1], v.shape[-1]), device="meta")  # allocated contiguous
     validation.check_attention_offsets(q, k, v, longest_q, longest_k, out_meta)
     validation.check_has_data(q=q, k=k, v=v)

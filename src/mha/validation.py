@@ -219,6 +219,19 @@ def check_window(window_size) -> tuple[int, int]:
     return left, right
 
 
+def clamp_window(window: tuple[int, int], seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
+    """Each bounded side cut to the length past which it can exclude no key, so any int the
+    caller passes reaches the kernels within int32 (their window math is row + diff +- side).
+
+    Query i sees key j iff i + diff - left <= j <= i + diff + right (diff = Sk - Sq): a left side
+    >= Sk - 1 or a right side >= Sq - 1 admits every key, so cutting left to Sk and right to Sq
+    changes no answer. Unclamped, 2**63 - 1 wrapped in the kernels' int64 math (wrong output, no
+    error) and 2**70 was more than Triton can pass. Varlen: the longest sequences bound every one.
+    """
+    left, right = window
+    return (min(left, seqlen_k) if left >= 0 else left, min(right, seqlen_q) if right >= 0 else right)
+
+
 def check_causal(causal) -> bool:
     """A bool (or 0 / 1): a string such as 'no' is truthy and used to turn causal masking on."""
     if isinstance(causal, bool):

@@ -1,4 +1,6 @@
 """Every input check raises before any launch, with what was expected and what came."""
+import sys
+
 import pytest
 import torch
 
@@ -392,3 +394,63 @@ def test_sink_in_the_inputs_dtype_is_upcast_and_its_gradient_keeps_its_dtype(dev
     (g16,) = torch.autograd.grad(out16.float().sum(), sink16)
     (g32,) = torch.autograd.grad(out32.float().sum(), sink32)
     assert g16.dtype == torch.float16 and torch.allclose(g16.float(), g32, atol=1e-3)
+
+
+# A window side at least as long as the keys (left) or the queries (right) excludes no key: it is
+# unbounded in effect, however large, and must neither overflow the kernels' index math (2**63 - 1
+# wrapped there and in the reference) nor reach Triton as an integer it cannot represent (2**70).
+HUGE_WINDOWS = {"maxsize_both": ((sys.maxsize, sys.maxsize), (-1, -1)),
+                "left0_right_2p63": ((0, 2**63 - 1), (0, -1)),
+                "unbounded_right_2p63": ((-1, 2**63 - 1), (-1, -1)),
+                "left_2p70_right0": ((2**70, 0), (-1, 0)),
+                "left3_right_2p70": ((3, 2**70), (3, -1))}
+
+
+@pytest.mark.parametrize("lengths", [(16, 24), (24, 16)], ids=["q16_k24", "q24_k16"])
+@pytest.mark.parametrize("window,same", list(HUGE_WINDOWS.values()), ids=list(HUGE_WINDOWS))
+def test_reference_treats_huge_window_sides_as_unbounded(window, same, lengths):
+    from mha.reference import attention
+
+    torch.manual_seed(0)
+    sq, sk = lengths
+    q, k, v = torch.randn(1, sq, 2, 16), torch.randn(1, sk, 2, 16), torch.randn(1, sk, 2, 16)
+    got, got_lse = attention(q, k, v, window=window)
+    want, want_lse = attention(q, k, v, window=same)
+    assert torch.equal(got, want) and torch.equal(got_lse, want_lse)
+
+
+@pytest.mark.parametrize("window,same", list(HUGE_WINDOWS.values()), ids=list(HUGE_WINDOWS))
+def test_huge_window_sides_compute_the_unbounded_answer(window, same, device):
+    from cases import Case, run_dense
+
+    # Forward and backward against the reference of the bounded-in-effect window; fewer queries
+    # than keys, so a right side that wrapped negative would mask keys.
+    run_dense(Case(1, 16, 24, 2, 1, 16, 16, window=window), torch.float16, device, ref_window=same)
+
+
+def test_huge_window_sides_reach_the_kernels_clamped_to_the_lengths(monkeypatch, device):
+    """The kernels get each side at most the longest length (int32 index math), dense and varlen."""
+    seen = []
+    real = mha.launch.forward
+
+    def spy(spec, geo, q, k, v, sink, cu_q, cu_k, scale, window, *rest):
+        seen.append(window)
+        return real(spec, geo, q, k, v, sink, cu_q, cu_k, scale, window, *rest)
+
+    monkeypatch.setattr(mha.launch, "forward", spy)
+    q, k, v = _qkv(device, sq=8, sk=12)
+    mha.flash_attn_func(q, k, v, window_size=(2**70, sys.maxsize))
+    mha.flash_attn_func(q, k, v, window_size=(5, 2**63 - 1))
+    mha.flash_attn_func(q, k, v, window_size=(-1, 2**40), causal=True)
+    q, k, v, cu_q, cu_k = _varlen(device)                  # longest sequences: q 5, k 4
+    mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4, window_size=(2**70, 2**63 - 1))
+    assert seen == [(12, 8), (5, 8), (-1, 0), (4, 5)]
+
+
+def test_huge_window_sides_varlen(device):
+    from cases import run_varlen
+
+    run_varlen((5, 16), (16, 9), 2, 1, 16, 16, torch.float16, device, window=(2**63 - 1, 2**70),
+               ref_window=(-1, -1))
+    run_varlen((5, 16), (16, 9), 2, 1, 16, 16, torch.float16, device, window=(2, sys.maxsize), causal=True,
+               ref_window=(2, -1))
