@@ -80,7 +80,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     softmax_scale numbers (softmax_scale finite); anything else raises a ValueError or TypeError
     (mha.validation) before a launch. sink (Hq,) is float32 or the inputs' dtype (bf16
     checkpoints store it so); the latter is upcast to float32, and its gradient comes back in its
-    own dtype. bf16 is refused under the Triton interpreter, whose bf16 dot is wrong.
+    own dtype. bf16 is refused under the Triton interpreter, whose bf16 dot is wrong. config
+    overrides the kernel config of the call (docs/configs.md, "Overrides"; mha.config.check_override).
     """
     window, p, scale, causal, sink = _common_checks(q, k, v, dropout_p, softmax_scale, causal, window_size, sink,
                                                     varlen=False)

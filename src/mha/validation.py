@@ -1,6 +1,7 @@
 """Input checks run before any kernel launch; every message says what was expected and what came.
 
-All errors derive from `AttentionInputError` so callers can catch one family.
+All errors derive from `AttentionInputError` so callers can catch one family (mha.errors holds
+it, so that mha.config's errors for `config=` overrides, raised without torch, belong to it too).
 
 Index math (see mha.kernels.common.slice_offset): each program computes the base of its
 (batch, head) slice -- batch * stride_b + head * stride_h + sequence start * stride_s -- in int64,
@@ -22,13 +23,11 @@ import weakref
 
 import torch
 
+from .errors import AttentionInputError as AttentionInputError
+
 SUPPORTED_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 MIN_HEAD_DIM, MAX_HEAD_DIM = 8, 256
 INT32_MAX = 2**31 - 1
-
-
-class AttentionInputError(ValueError):
-    """Base of every input error raised by mha before launching a kernel."""
 
 
 class ShapeError(AttentionInputError):
