@@ -78,10 +78,11 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     Arguments are checked, never coerced: window_size takes ints (a side at least as long as the
     keys (left) or the queries (right) excludes none, however large), causal a bool, dropout_p and
     softmax_scale numbers (softmax_scale finite); anything else raises a ValueError or TypeError
-    (mha.validation) before a launch. sink (Hq,) is float32 or the inputs' dtype (bf16
-    checkpoints store it so); the latter is upcast to float32, and its gradient comes back in its
-    own dtype. bf16 is refused under the Triton interpreter, whose bf16 dot is wrong. config
-    overrides the kernel config of the call (docs/configs.md, "Overrides"; mha.config.check_override).
+    (mha.validation) before a launch. sink (Hq,) holds finite logits, float32 or in the inputs'
+    dtype (bf16 checkpoints store it so); the latter is upcast to float32, and its gradient comes
+    back in its own dtype. bf16 is refused under the Triton interpreter, whose bf16 dot is wrong.
+    config overrides the kernel config of the call (docs/configs.md, "Overrides";
+    mha.config.check_override).
     """
     window, p, scale, causal, sink = _common_checks(q, k, v, dropout_p, softmax_scale, causal, window_size, sink,
                                                     varlen=False)
@@ -89,7 +90,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     window = validation.clamp_window(window, sq, k.shape[1])
     out_meta = torch.empty((b, sq, hq, v.shape[-1]), device="meta")  # allocated contiguous
     validation.check_attention_offsets(q, k, v, sq, k.shape[1], out_meta)
-    validation.check_has_data(q=q, k=k, v=v)
+    validation.check_has_data(q=q, k=k, v=v, sink=sink)
     geo = launch.Geometry(batch=b, seqlen_q=sq, seqlen_k=k.shape[1], heads_q=hq, heads_k=k.shape[2], varlen=False,
                           rows_q=b * sq, rows_k=b * k.shape[1])
     out, lse = _FlashAttention.apply(q, k, v, sink, None, None, geo, scale, causal, window, p, config)
@@ -111,7 +112,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     window = validation.clamp_window(window, longest_q, longest_k)
     out_meta = torch.empty((q.shape[0], q.shape[1], v.shape[-1]), device="meta")  # allocated contiguous
     validation.check_attention_offsets(q, k, v, longest_q, longest_k, out_meta)
-    validation.check_has_data(q=q, k=k, v=v)
+    validation.check_has_data(q=q, k=k, v=v, sink=sink)
     geo = launch.Geometry(batch=cu_seqlens_q.shape[0] - 1, seqlen_q=longest_q, seqlen_k=longest_k,
                           heads_q=q.shape[1], heads_k=k.shape[1], varlen=True, rows_q=q.shape[0], rows_k=k.shape[0])
     out, lse = _FlashAttention.apply(q, k, v, sink, cu_seqlens_q, cu_seqlens_k, geo, scale, causal, window,

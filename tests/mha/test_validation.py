@@ -1,4 +1,5 @@
 """Every input check raises before any launch, with what was expected and what came."""
+import re
 import sys
 
 import pytest
@@ -259,7 +260,7 @@ def test_cpu_cu_seqlens_are_read_every_call(host_reads, device):
     for _ in range(2):
         mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4)
     assert [id(t) for t in host_reads] == [id(cu_q), id(cu_k)] * 2
-    assert id(cu_q) not in V._cu_cache
+    assert id(cu_q) not in V._values_cache
 
 
 def test_backward_revalidates_from_the_cache(host_reads, cached_like_a_gpu, device):
@@ -314,9 +315,9 @@ def test_cu_seqlens_cache_entry_dropped_with_tensor(cached_like_a_gpu, device):
     cu = torch.tensor([0, 3, 8], dtype=torch.int32, device=device)
     V.check_cu_seqlens(cu, cu, 8, 8, 5, 5, cu.device)
     key = id(cu)
-    assert key in V._cu_cache
+    assert key in V._values_cache
     del cu
-    assert key not in V._cu_cache
+    assert key not in V._values_cache
 
 
 def test_cu_seqlens_inference_tensors_validated_every_call(host_reads, cached_like_a_gpu, device):
@@ -454,3 +455,39 @@ def test_huge_window_sides_varlen(device):
                ref_window=(-1, -1))
     run_varlen((5, 16), (16, 9), 2, 1, 16, 16, torch.float16, device, window=(2, sys.maxsize), causal=True,
                ref_window=(2, -1))
+
+
+# Sink logits the kernels cannot compute with: the forward starts its float32 base-2 running max
+# at sink * log2(e), and at +inf the first rescale is exp2(inf - inf), NaN (the reference's limit
+# is output 0, lse +inf); a NaN sink makes NaN everything; -inf gives a NaN sink gradient on rows
+# that see no key; a finite sink past float32 max / log2(e) overflows to the +inf case.
+@pytest.mark.parametrize("value,shown", [(float("inf"), "inf"), (float("-inf"), "-inf"), (float("nan"), "nan"),
+                                         (3e38, "3e+38")], ids=["inf", "minus_inf", "nan", "3e38"])
+def test_sink_logits_must_be_finite(value, shown, device):
+    q, k, v = _qkv(device)
+    sink = torch.tensor([0.5, value], device=device)
+    with pytest.raises(V.AttentionInputError, match=rf"sink: expected finite logits .*got {re.escape(shown)} at head 1"):
+        mha.flash_attn_func(q, k, v, sink=sink)
+    q, k, v, cu_q, cu_k = _varlen(device)
+    with pytest.raises(V.AttentionInputError, match=rf"sink: .*got {re.escape(shown)} at head 1"):
+        mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4, sink=sink)
+
+
+def test_sink_in_the_inputs_dtype_must_be_finite_too(device):
+    q, k, v = _qkv(device)
+    with pytest.raises(V.AttentionInputError, match="sink: expected finite logits .*got inf at head 0"):
+        mha.flash_attn_func(q, k, v, sink=torch.tensor([float("inf"), 0.0], device=device, dtype=torch.float16))
+
+
+def test_sink_values_read_once_per_tensor_state(host_reads, cached_like_a_gpu, device):
+    """On a GPU reading the sink is a sync: done once per tensor state, as for cu_seqlens."""
+    q, k, v = _qkv(device)
+    sink = torch.tensor([0.5, -1.0], device=device, requires_grad=True)
+    for _ in range(2):
+        mha.flash_attn_func(q, k, v, sink=sink)
+    assert [id(t) for t in host_reads] == [id(sink)]
+    with torch.no_grad():
+        sink[1] = float("inf")          # a versioned write: read again, and refused
+    with pytest.raises(V.AttentionInputError, match="sink: .*got inf at head 1"):
+        mha.flash_attn_func(q, k, v, sink=sink)
+    assert len(host_reads) == 2
