@@ -232,13 +232,17 @@ def clamp_window(window: tuple[int, int], seqlen_q: int, seqlen_k: int) -> tuple
     return (min(left, seqlen_k) if left >= 0 else left, min(right, seqlen_q) if right >= 0 else right)
 
 
+def check_flag(value, name: str) -> bool:
+    """A bool (or 0 / 1): a string such as 'no' is truthy and would turn the flag on."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    raise ArgumentTypeError(f"{name}: expected a bool, got {type(value).__name__} {value!r}")
+
+
 def check_causal(causal) -> bool:
-    """A bool (or 0 / 1): a string such as 'no' is truthy and used to turn causal masking on."""
-    if isinstance(causal, bool):
-        return causal
-    if isinstance(causal, numbers.Integral) and causal in (0, 1):
-        return bool(causal)
-    raise ArgumentTypeError(f"causal: expected a bool, got {type(causal).__name__} {causal!r}")
+    return check_flag(causal, "causal")
 
 
 def check_softmax_scale(softmax_scale) -> float | None:

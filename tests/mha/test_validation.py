@@ -345,8 +345,10 @@ def test_cu_seqlens_inference_tensors_validated_every_call(host_reads, cached_li
     (dict(softmax_scale=float("nan")), ValueError, "softmax_scale: expected a finite number, got nan"),
     (dict(softmax_scale=float("inf")), ValueError, "got inf"),
     (dict(softmax_scale="0.125"), TypeError, "softmax_scale: expected a number"),
+    (dict(return_lse="no"), TypeError, "return_lse: expected a bool, got str 'no'"),
+    (dict(return_lse=None), TypeError, "return_lse: expected a bool, got NoneType None"),
 ], ids=["window_float", "window_str", "window_bool", "dropout_str", "causal_str", "causal_int",
-        "scale_nan", "scale_inf", "scale_str"])
+        "scale_nan", "scale_inf", "scale_str", "return_lse_str", "return_lse_none"])
 def test_arguments_are_refused_not_coerced(kw, exc, match, device):
     q, k, v = _qkv(device)
     with pytest.raises(exc, match=match) as info:
@@ -455,6 +457,12 @@ def test_huge_window_sides_varlen(device):
                ref_window=(-1, -1))
     run_varlen((5, 16), (16, 9), 2, 1, 16, 16, torch.float16, device, window=(2, sys.maxsize), causal=True,
                ref_window=(2, -1))
+
+
+def test_return_lse_is_refused_not_coerced_varlen(device):
+    q, k, v, cu_q, cu_k = _varlen(device)
+    with pytest.raises(V.ArgumentTypeError, match="return_lse: expected a bool, got str 'yes'"):
+        mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4, return_lse="yes")
 
 
 # Sink logits the kernels cannot compute with: the forward starts its float32 base-2 running max
