@@ -6,12 +6,16 @@ checked when the file is loaded and applied at every launch.
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import json
+import operator
+from collections.abc import Mapping
 from pathlib import Path
 
 from . import guards as guards_mod
 from .arch import KNOWN_ARCHS
+from .errors import AttentionInputError
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 PASSES = ("forward", "backward")
@@ -35,6 +39,19 @@ BOOLEAN_KEYS = ("warp_specialize",)
 UNMASKED = "unmasked"
 
 
+# What a value may be, for `config=` overrides (check_override). Tiles are powers of two
+# (tl.arange) of at least 16 (tl.dot needs 16 along each dimension) and at most 256: guards fence
+# values by listing them (BLOCK_M 128 and 256 for the warp-specialized forward), so a larger tile
+# would slip past one; no shipped config or tune candidate is larger. Stages run from 1 (no
+# software pipelining) to 8, the largest value a guard lists (3 to 8 for head dims <= 16).
+# Warps are a power of two filling at most a block's 1024 threads: 32 lanes a warp on NVIDIA, 64
+# a wavefront on AMD.
+BLOCK_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2")
+MIN_BLOCK, MAX_BLOCK = 16, 256
+MIN_STAGES, MAX_STAGES = 1, 8
+MAX_THREADS = 1024
+
+
 def keys_of(pass_: str) -> set[str]:
     """Every config key a bucket of `pass_` may hold."""
     return set(REQUIRED_KEYS[pass_]) | set(OPTIONAL_KEYS[pass_])
@@ -42,6 +59,15 @@ def keys_of(pass_: str) -> set[str]:
 
 class ConfigFileError(LookupError):
     """A config file is missing, unknown, or lacks a pass, bucket or key."""
+
+
+class ConfigOverrideError(AttentionInputError):
+    """A `config=` override that is not a config: refused before any launch, naming the key."""
+
+
+class ConfigOverrideTypeError(ConfigOverrideError, TypeError):
+    """An override, or a value in it, of the wrong Python type: refused, not converted (the
+    string '32', 16.7 or True is not a tile size, and int() would make one of each)."""
 
 
 def config_path(arch: str) -> Path:
@@ -144,12 +170,121 @@ def apply_guards(pass_: str, arch: str, cfg: dict, dqk: int, dv: int, dtype: str
         raise ConfigFileError(str(exc)) from None
 
 
+def warp_size(arch: str) -> int:
+    return 64 if arch.startswith("gfx") else 32
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def value_problem(key: str, value: int, arch: str) -> str | None:
+    """What an int `value` of integer config `key` should have been on `arch`; None when right."""
+    if key in BLOCK_KEYS:
+        if MIN_BLOCK <= value <= MAX_BLOCK and _power_of_two(value):
+            return None
+        return f"expected a power of two from {MIN_BLOCK} to {MAX_BLOCK}"
+    if key == "num_warps":
+        most = MAX_THREADS // warp_size(arch)
+        if value <= most and _power_of_two(value):
+            return None
+        return (f"expected a power of two from 1 to {most} on {arch} ({MAX_THREADS} threads a block, "
+                f"{warp_size(arch)} lanes a warp)")
+    if key == "num_stages":
+        return None if MIN_STAGES <= value <= MAX_STAGES else f"expected an int from {MIN_STAGES} to {MAX_STAGES}"
+    raise KeyError(key)
+
+
+def _closest(key, known) -> str | None:
+    """The known key `key` most likely meant (case and small typos forgiven), if any is close."""
+    lowered = {k.lower(): k for k in known}
+    match = difflib.get_close_matches(str(key).lower(), list(lowered), n=1, cutoff=0.6)
+    return lowered[match[0]] if match else None
+
+
+def _check_value(key: str, value, arch: str, where: str):
+    if key in BOOLEAN_KEYS:
+        if not isinstance(value, bool):
+            raise ConfigOverrideTypeError(f"{where}: expected a bool, got {type(value).__name__} {value!r}")
+        return value
+    if isinstance(value, bool):
+        raise ConfigOverrideTypeError(f"{where}: expected an int, got the bool {value!r}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise ConfigOverrideTypeError(f"{where}: expected an int, got {type(value).__name__} {value!r} "
+                                      "(not converted: pass an int)") from None
+    problem = value_problem(key, number, arch)
+    if problem:
+        raise ConfigOverrideError(f"{where}: {problem}, got {number}")
+    return number
+
+
+def _check_keys(part: Mapping, known: set[str], where: str, section: str | None) -> None:
+    for key in part:
+        if key in known:
+            continue
+        if key == UNMASKED:
+            raise ConfigOverrideError(
+                f"{where}: {UNMASKED!r} is a config-file key (a bucket's config for the problems without a "
+                "band); an override serves the call it comes with: give the config keys themselves")
+        other = [p for p in PASSES if p != section and key in keys_of(p)] if section else []
+        if other:
+            raise ConfigOverrideError(f"{where}: {key!r} is a {other[0]} key; a {section!r} section takes "
+                                      f"{sorted(known)}")
+        close = _closest(key, known | (set() if section else set(PASSES)))
+        hint = f"did you mean {close!r}? known" if close else "known"
+        sections = "" if section else f", or the sections {list(PASSES)}"
+        raise ConfigOverrideError(f"{where}: unknown key {key!r}; {hint}: {sorted(known)}{sections}")
+
+
+def check_override(override, arch: str) -> dict[str, dict]:
+    """A `config=` override checked, as {pass: {key: value}} (empty sections where it sets nothing).
+
+    Two forms: flat keys of either pass (num_warps and num_stages then set both), or per-pass
+    sections {"forward": {...}, "backward": {...}}, not both at once (a pass with a section would
+    ignore the flat keys). Every key must be one of its pass (`unmasked` is a config-file key
+    only), every value an int within the limits above (`warp_specialize` a bool). Anything else
+    raises ConfigOverrideError, or ConfigOverrideTypeError for a wrong type, naming the key.
+    """
+    if not isinstance(override, Mapping):
+        raise ConfigOverrideTypeError(
+            "config: expected a dict of config keys (e.g. {'BLOCK_M': 64}) or of per-pass sections "
+            f"({{'forward': {{...}}, 'backward': {{...}}}}), got {type(override).__name__} {override!r}")
+    sections = [p for p in PASSES if p in override]
+    for pass_ in sections:
+        if not isinstance(override[pass_], Mapping):
+            raise ConfigOverrideTypeError(f"config[{pass_!r}]: expected a dict of {pass_} config keys, got "
+                                          f"{type(override[pass_]).__name__} {override[pass_]!r}")
+    flat = {k: v for k, v in override.items() if k not in PASSES}
+    if sections and flat:
+        named = f"the section {sections[0]!r}" if len(sections) == 1 else "the sections 'forward' and 'backward'"
+        raise ConfigOverrideError(
+            f"config: flat keys {sorted(map(str, flat))} beside {named}: give flat keys (each pass takes its "
+            "own) or per-pass sections, not both (a pass with a section would ignore the flat keys)")
+    out: dict[str, dict] = {p: {} for p in PASSES}
+    if sections:
+        for pass_ in sections:
+            where = f"config[{pass_!r}]"
+            _check_keys(override[pass_], keys_of(pass_), where, pass_)
+            out[pass_] = {k: _check_value(k, v, arch, f"{where}[{k!r}]") for k, v in override[pass_].items()}
+        return out
+    _check_keys(flat, keys_of("forward") | keys_of("backward"), "config", None)
+    for key, value in flat.items():
+        checked = _check_value(key, value, arch, f"config[{key!r}]")
+        for pass_ in PASSES:
+            if key in keys_of(pass_):
+                out[pass_][key] = checked
+    return out
+
+
 def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: float,
             override: dict | None = None, banded: bool = True) -> tuple[str, dict]:
     """(bucket, config) for one pass: file bucket, then an explicit override, then the guards.
 
     An explicit `config=` dict wins over the file; it may hold the keys of both passes (those of
-    the other pass are ignored) or be {"forward": {...}, "backward": {...}}. The guards come last,
+    the other pass are ignored) or be {"forward": {...}, "backward": {...}}, and is checked by
+    check_override (ConfigOverrideError names a bad key or value). The guards come last,
     so an override cannot launch a known miscompile (the tuner's candidates are overrides).
     `banded`: the problem has a causal or sliding-window band; a problem without one takes the
     bucket's `unmasked` config where it has one (before the override, which still wins).
@@ -159,16 +294,8 @@ def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: flo
     unmasked = cfg.pop(UNMASKED, None)
     if unmasked is not None and not banded:
         cfg = dict(unmasked)
-    if override:
-        nested = isinstance(override.get(pass_), dict)
-        part = override[pass_] if nested else {k: v for k, v in override.items() if k not in PASSES}
-        allowed = keys_of("forward") | keys_of("backward")
-        unknown = set(part) - allowed
-        if unknown:
-            raise ConfigFileError(
-                f"config override has unknown keys {sorted(unknown)}; known: {sorted(allowed)}")
-        _check_booleans(part, "config override")
-        mine = {k: v if k in BOOLEAN_KEYS else int(v) for k, v in part.items() if k in keys_of(pass_)}
+    if override is not None:
+        mine = check_override(override, arch)[pass_]
         if mine:
             cfg.update(mine)
             bucket = f"{bucket}+override"

@@ -53,8 +53,9 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, dsink, None, None, None, None, None, None, None, None
 
 
-def _common_checks(q, k, v, dropout_p, softmax_scale, causal, window_size, sink, varlen):
-    """Every argument check before a launch; returns (window, dropout p, scale, causal, sink as float32)."""
+def _common_checks(q, k, v, dropout_p, softmax_scale, causal, window_size, sink, return_lse, varlen):
+    """Every argument check before a launch but the config's (mha.config.resolve makes that one);
+    returns (window, dropout p, scale, causal, sink as float32, return_lse)."""
     dtype, dqk, dv = validation.check_qkv(q, k, v, varlen=varlen)
     validation.check_runnable_dtype(dtype, current_arch(q.device))
     window = validation.check_window(window_size)
@@ -63,7 +64,7 @@ def _common_checks(q, k, v, dropout_p, softmax_scale, causal, window_size, sink,
     sink = validation.check_sink(sink, q.shape[-2], q.device, q.dtype)
     scale = validation.check_softmax_scale(softmax_scale)
     scale = launch.default_scale(dqk) if scale is None else scale
-    return window, p, scale, causal, sink
+    return window, p, scale, causal, sink, validation.check_flag(return_lse, "return_lse")
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -75,18 +76,22 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     logit of its own in the denominator). With return_lse, also lse (B, Hq, Sq) float32, the
     natural-log normalizer including the sink. Differentiable in q, k, v and sink.
 
-    Arguments are checked, never coerced: window_size takes ints, causal a bool, dropout_p and
-    softmax_scale numbers (softmax_scale finite); anything else raises a ValueError or TypeError
-    (mha.validation) before a launch. sink (Hq,) is float32 or the inputs' dtype (bf16
-    checkpoints store it so); the latter is upcast to float32, and its gradient comes back in its
-    own dtype. bf16 is refused under the Triton interpreter, whose bf16 dot is wrong.
+    Arguments are checked, never coerced: window_size takes ints (a side at least as long as the
+    keys (left) or the queries (right) excludes none, however large), causal and return_lse bools,
+    dropout_p and softmax_scale numbers (softmax_scale finite); anything else raises a ValueError
+    or TypeError (mha.validation) before a launch. sink (Hq,) holds finite logits, float32 or in
+    the inputs' dtype (bf16 checkpoints store it so); the latter is upcast to float32, and its
+    gradient comes back in its own dtype. bf16 is refused under the Triton interpreter, whose bf16
+    dot is wrong. config overrides the kernel config of the call (docs/configs.md, "Overrides";
+    mha.config.check_override).
     """
-    window, p, scale, causal, sink = _common_checks(q, k, v, dropout_p, softmax_scale, causal, window_size, sink,
-                                                    varlen=False)
+    window, p, scale, causal, sink, return_lse = _common_checks(q, k, v, dropout_p, softmax_scale, causal,
+                                                                window_size, sink, return_lse, varlen=False)
     b, sq, hq, _ = q.shape
+    window = validation.clamp_window(window, sq, k.shape[1])
     out_meta = torch.empty((b, sq, hq, v.shape[-1]), device="meta")  # allocated contiguous
     validation.check_attention_offsets(q, k, v, sq, k.shape[1], out_meta)
-    validation.check_has_data(q=q, k=k, v=v)
+    validation.check_has_data(q=q, k=k, v=v, sink=sink)
     geo = launch.Geometry(batch=b, seqlen_q=sq, seqlen_k=k.shape[1], heads_q=hq, heads_k=k.shape[2], varlen=False,
                           rows_q=b * sq, rows_k=b * k.shape[1])
     out, lse = _FlashAttention.apply(q, k, v, sink, None, None, geo, scale, causal, window, p, config)
@@ -101,13 +106,14 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     Same semantics and argument checks per sequence as flash_attn_func (max_seqlen_* are ints);
     lse is (Hq, total_q).
     """
-    window, p, scale, causal, sink = _common_checks(q, k, v, dropout_p, softmax_scale, causal, window_size, sink,
-                                                    varlen=True)
+    window, p, scale, causal, sink, return_lse = _common_checks(q, k, v, dropout_p, softmax_scale, causal,
+                                                                window_size, sink, return_lse, varlen=True)
     longest_q, longest_k = validation.check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
                                                        max_seqlen_q, max_seqlen_k, q.device)
+    window = validation.clamp_window(window, longest_q, longest_k)
     out_meta = torch.empty((q.shape[0], q.shape[1], v.shape[-1]), device="meta")  # allocated contiguous
     validation.check_attention_offsets(q, k, v, longest_q, longest_k, out_meta)
-    validation.check_has_data(q=q, k=k, v=v)
+    validation.check_has_data(q=q, k=k, v=v, sink=sink)
     geo = launch.Geometry(batch=cu_seqlens_q.shape[0] - 1, seqlen_q=longest_q, seqlen_k=longest_k,
                           heads_q=q.shape[1], heads_k=k.shape[1], varlen=True, rows_q=q.shape[0], rows_k=k.shape[0])
     out, lse = _FlashAttention.apply(q, k, v, sink, cu_seqlens_q, cu_seqlens_k, geo, scale, causal, window,

@@ -16,6 +16,9 @@ def visibility(seqlen_q: int, seqlen_k: int, causal: bool, window: tuple[int, in
     left, right = window
     if causal:
         right = 0
+    # A side this long sees every key (left >= Sk - 1, right >= Sq - 1); cut so that i - left and
+    # i + right stay within int64 for any int a caller passes (2**63 - 1 wrapped, 2**70 raised).
+    left, right = min(left, seqlen_k), min(right, seqlen_q)
     i = torch.arange(seqlen_q, device=device)[:, None] + (seqlen_k - seqlen_q)
     j = torch.arange(seqlen_k, device=device)[None, :]
     ok = torch.ones((seqlen_q, seqlen_k), dtype=torch.bool, device=device)

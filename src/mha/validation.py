@@ -1,6 +1,7 @@
 """Input checks run before any kernel launch; every message says what was expected and what came.
 
-All errors derive from `AttentionInputError` so callers can catch one family.
+All errors derive from `AttentionInputError` so callers can catch one family (mha.errors holds
+it, so that mha.config's errors for `config=` overrides, raised without torch, belong to it too).
 
 Index math (see mha.kernels.common.slice_offset): each program computes the base of its
 (batch, head) slice -- batch * stride_b + head * stride_h + sequence start * stride_s -- in int64,
@@ -19,16 +20,15 @@ import numbers
 import operator
 import threading
 import weakref
+from typing import Any, Callable
 
 import torch
+
+from .errors import AttentionInputError as AttentionInputError
 
 SUPPORTED_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 MIN_HEAD_DIM, MAX_HEAD_DIM = 8, 256
 INT32_MAX = 2**31 - 1
-
-
-class AttentionInputError(ValueError):
-    """Base of every input error raised by mha before launching a kernel."""
 
 
 class ShapeError(AttentionInputError):
@@ -219,13 +219,30 @@ def check_window(window_size) -> tuple[int, int]:
     return left, right
 
 
+def clamp_window(window: tuple[int, int], seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
+    """Each bounded side cut to the length past which it can exclude no key, so any int the
+    caller passes reaches the kernels within int32 (their window math is row + diff +- side).
+
+    Query i sees key j iff i + diff - left <= j <= i + diff + right (diff = Sk - Sq): a left side
+    >= Sk - 1 or a right side >= Sq - 1 admits every key, so cutting left to Sk and right to Sq
+    changes no answer. Unclamped, 2**63 - 1 wrapped in the kernels' int64 math (wrong output, no
+    error) and 2**70 was more than Triton can pass. Varlen: the longest sequences bound every one.
+    """
+    left, right = window
+    return (min(left, seqlen_k) if left >= 0 else left, min(right, seqlen_q) if right >= 0 else right)
+
+
+def check_flag(value, name: str) -> bool:
+    """A bool (or 0 / 1): a string such as 'no' is truthy and would turn the flag on."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    raise ArgumentTypeError(f"{name}: expected a bool, got {type(value).__name__} {value!r}")
+
+
 def check_causal(causal) -> bool:
-    """A bool (or 0 / 1): a string such as 'no' is truthy and used to turn causal masking on."""
-    if isinstance(causal, bool):
-        return causal
-    if isinstance(causal, numbers.Integral) and causal in (0, 1):
-        return bool(causal)
-    raise ArgumentTypeError(f"causal: expected a bool, got {type(causal).__name__} {causal!r}")
+    return check_flag(causal, "causal")
 
 
 def check_softmax_scale(softmax_scale) -> float | None:
@@ -241,7 +258,9 @@ def check_softmax_scale(softmax_scale) -> float | None:
 def check_sink(sink, hq: int, device, dtype: torch.dtype) -> torch.Tensor | None:
     """The sink logits as float32, shape (Hq,). float32 or the inputs' own dtype are accepted
     (bf16 checkpoints store sinks in bf16); the latter is upcast, a differentiable cast, so the
-    sink's gradient arrives in its own dtype. Any other dtype is refused, not guessed."""
+    sink's gradient arrives in its own dtype. Any other dtype is refused, not guessed. The values
+    must be finite (_check_sink_values); reading them is a sync on a GPU, so it is done once per
+    tensor state (see _validated_once)."""
     if sink is None:
         return None
     if not isinstance(sink, torch.Tensor):
@@ -254,7 +273,26 @@ def check_sink(sink, hq: int, device, dtype: torch.dtype) -> torch.Tensor | None
         raise ShapeError(f"sink: expected shape ({hq},) (one logit per query head), got {tuple(sink.shape)}")
     if sink.device != device:
         raise ShapeError(f"sink: expected device {device}, got {sink.device}")
+    if not sink.is_meta:    # no values to check: check_has_data refuses it
+        _validated_once("sink", sink, _check_sink_values)
     return sink if sink.dtype == torch.float32 else sink.float()
+
+
+# The forward starts its float32 base-2 running max at sink * log2(e), which overflows past this.
+MAX_SINK = 3.4028234663852886e38 / 1.4426950408889634
+
+
+def _check_sink_values(host: list) -> None:
+    """Finite logits within MAX_SINK. At +inf (or past MAX_SINK) the forward's first rescale is
+    exp2(inf - inf): NaN output and lse, where the limit is output 0 and lse +inf (the reference's
+    answer); matching it would cost a test in the kernels' inner loop for an input with no use.
+    A NaN sink makes everything NaN, and -inf the sink's gradient on rows that see no key."""
+    for head, x in enumerate(host):
+        if not (math.isfinite(x) and abs(x) <= MAX_SINK):
+            raise AttentionInputError(
+                f"sink: expected finite logits of magnitude at most {MAX_SINK:.3g} (the kernels scale "
+                f"them by log2(e) in float32; others make the output or the sink's gradient NaN), got {x:.6g} "
+                f"at head {head}")
 
 
 def check_dropout(dropout_p) -> float:
@@ -264,71 +302,82 @@ def check_dropout(dropout_p) -> float:
     return p
 
 
-# Value validation of cu_seqlens needs the array on the host. On a GPU that is a device-to-host
-# copy that synchronises the stream, which would stall every varlen dispatch (docs/configs.md
-# gives the measurement). Serving code builds one cu_seqlens per batch and passes it to every
-# layer, so there the values are validated once per tensor *state* and the summary is cached:
+# Value validation of cu_seqlens and of the sink needs the values on the host. On a GPU that is a
+# device-to-host copy that synchronises the stream, which would stall every varlen or sink
+# dispatch (docs/configs.md gives the measurement). Serving code builds one cu_seqlens per batch
+# and passes it to every layer, and a sink is a parameter, so there the values are validated once
+# per tensor *state* and the summary is cached:
 # - keyed by id() plus a weakref that must still point at the very same object (ids are reused
 #   after a tensor dies; the weakref's callback also drops the entry then);
 # - and by tensor._version, data_ptr, numel and device: every in-place torch op on the tensor or a
-#   view of it (cu.add_(0), cu[1] = 5, copy_) bumps _version, so a modified tensor is re-read.
+#   view of it (cu.add_(0), cu[1] = 5, copy_, an optimizer step) bumps _version, so a modified
+#   tensor is re-read.
 # What the key cannot see: writes that bypass the version counter -- through `.data`, `.numpy()`,
 # `torch.from_numpy` or DLPack aliases, raw pointers (custom kernels, CUDA-graph replays). The
-# kernels do not bound their loads by the packed totals, so such a write reads and writes out of
-# bounds. Hence CPU tensors (the interpreter) are never cached: reading host memory costs no sync,
-# and a fresh read sees every write. On a GPU such tensors are trusted as last validated.
-# Inference-mode tensors have no version counter: validated on every call (correct, with the sync).
-# Only what depends on the values alone is cached (first entry, monotonicity, last entry, longest
-# sequence); the checks against this call's totals and max_seqlen run every time, from the cache.
-_CU_CACHE_LIMIT = 256
+# kernels keep a sequence of such a cu_seqlens inside the packed totals (docs/configs.md) but
+# compute wrong numbers. Hence CPU tensors (the interpreter) are never cached: reading host
+# memory costs no sync, and a fresh read sees every write. On a GPU such tensors are trusted as
+# last validated. Inference-mode tensors have no version counter: validated on every call
+# (correct, with the sync). Only what depends on the values alone is cached (for cu_seqlens: first
+# entry, monotonicity, last entry, longest sequence); the checks against this call's totals and
+# max_seqlen run every time, from the cache.
+_VALUES_CACHE_LIMIT = 256
 _CACHE_CPU_TENSORS = False  # the cache is for GPU tensors; its tests turn it on for the CPU
-_cu_cache: dict[int, tuple] = {}
-_cu_cache_lock = threading.Lock()
+_values_cache: dict[int, tuple] = {}
+_values_cache_lock = threading.Lock()
 _host_values = torch.Tensor.tolist  # the device-to-host read; a module attribute so tests can count it
 
 
-def _cu_state(cu: torch.Tensor):
-    """The cache key of cu's values, or None when they must be read on every call."""
-    if cu.is_cpu and not _CACHE_CPU_TENSORS:
+def _values_state(t: torch.Tensor):
+    """The cache key of t's values, or None when they must be read on every call."""
+    if t.is_cpu and not _CACHE_CPU_TENSORS:
         return None
     try:
-        version = cu._version
+        version = t._version
     except RuntimeError:  # inference tensors do not track versions: never cache them
         return None
-    return (version, cu.data_ptr(), cu.numel(), str(cu.device))
+    return (version, t.data_ptr(), t.numel(), str(t.device))
 
 
-def _cu_summary(name: str, cu: torch.Tensor) -> tuple[int, int]:
-    """(last entry, longest sequence) of a well-formed cu_seqlens; validated once per tensor state."""
-    state = _cu_state(cu)
+def _validated_once(kind: str, t: torch.Tensor, summarize: Callable[[list], Any]):
+    """summarize(t's values on the host), which raises for bad values, once per tensor state on a
+    GPU (above); `kind` names the check, so an entry serves only the check that made it."""
+    state = _values_state(t)
     if state is not None:
-        with _cu_cache_lock:
-            entry = _cu_cache.get(id(cu))
-        if entry is not None and entry[0]() is cu and entry[1] == state:
-            return entry[2]
-    host = _host_values(cu)
-    if host[0] != 0:
-        raise CuSeqlensError(f"{name}: expected first entry 0, got {host[0]}")
-    steps = [b - a for a, b in zip(host, host[1:])]
-    if any(s < 0 for s in steps):
-        i = next(i for i, s in enumerate(steps) if s < 0)
-        raise CuSeqlensError(f"{name}: expected non-decreasing values, got {host[i]} then {host[i + 1]} at index {i}")
-    summary = (host[-1], max(steps))
+        with _values_cache_lock:
+            entry = _values_cache.get(id(t))
+        if entry is not None and entry[0]() is t and entry[1] == state and entry[2] == kind:
+            return entry[3]
+    summary = summarize(_host_values(t))
     if state is not None:
-        key = id(cu)
-        ref = weakref.ref(cu, functools.partial(_forget, key))
-        with _cu_cache_lock:
-            if len(_cu_cache) >= _CU_CACHE_LIMIT and key not in _cu_cache:
-                _cu_cache.pop(next(iter(_cu_cache)))  # oldest first (dicts keep insertion order)
-            _cu_cache[key] = (ref, state, summary)
+        key = id(t)
+        ref = weakref.ref(t, functools.partial(_forget, key))
+        with _values_cache_lock:
+            if len(_values_cache) >= _VALUES_CACHE_LIMIT and key not in _values_cache:
+                _values_cache.pop(next(iter(_values_cache)))  # oldest first (dicts keep insertion order)
+            _values_cache[key] = (ref, state, kind, summary)
     return summary
 
 
 def _forget(key: int, ref) -> None:
-    with _cu_cache_lock:
-        entry = _cu_cache.get(key)
+    with _values_cache_lock:
+        entry = _values_cache.get(key)
         if entry is not None and entry[0] is ref:
-            del _cu_cache[key]
+            del _values_cache[key]
+
+
+def _cu_summary(name: str, cu: torch.Tensor) -> tuple[int, int]:
+    """(last entry, longest sequence) of a well-formed cu_seqlens; validated once per tensor state."""
+    def summarize(host: list) -> tuple[int, int]:
+        if host[0] != 0:
+            raise CuSeqlensError(f"{name}: expected first entry 0, got {host[0]}")
+        steps = [b - a for a, b in zip(host, host[1:])]
+        if any(s < 0 for s in steps):
+            i = next(i for i, s in enumerate(steps) if s < 0)
+            raise CuSeqlensError(
+                f"{name}: expected non-decreasing values, got {host[i]} then {host[i + 1]} at index {i}")
+        return host[-1], max(steps)
+    return _validated_once("cu_seqlens", cu, summarize)
 
 
 def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int,

@@ -27,7 +27,8 @@ def _leaf(t):
     return t.detach().clone().requires_grad_(True)
 
 
-def run_dense(case: Case, dtype, device, backward=True, seed=0, config=None):
+def run_dense(case: Case, dtype, device, backward=True, seed=0, config=None, ref_window=None):
+    """The kernel with case.window against the reference with ref_window (default case.window)."""
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(case.batch, case.seqlen_q, case.heads_q, case.dqk, generator=gen).to(device, dtype)
     k = torch.randn(case.batch, case.seqlen_k, case.heads_k, case.dqk, generator=gen).to(device, dtype)
@@ -45,7 +46,8 @@ def run_dense(case: Case, dtype, device, backward=True, seed=0, config=None):
     out, lse = mha.flash_attn_func(*inputs[:3], dropout_p=case.dropout_p, causal=case.causal,
                                    window_size=case.window, sink=inputs[3] if case.sink else None,
                                    return_lse=True, config=config)
-    kw = dict(causal=case.causal, window=case.window, dropout_p=case.dropout_p, keep_mask=keep)
+    kw = dict(causal=case.causal, window=case.window if ref_window is None else ref_window,
+              dropout_p=case.dropout_p, keep_mask=keep)
     refs = {}
     for name, cdt in (("ref", torch.float64), ("lowp", dtype)):
         leaves = [_leaf(t) for t in ([q, k, v] + ([sink] if case.sink else []))]
@@ -64,7 +66,7 @@ def run_dense(case: Case, dtype, device, backward=True, seed=0, config=None):
 
 
 def run_varlen(lens_q, lens_k, heads_q, heads_k, dqk, dv, dtype, device, causal=False, window=(-1, -1),
-               sink=False, dropout_p=0.0, backward=True, seed=0, config=None):
+               sink=False, dropout_p=0.0, backward=True, seed=0, config=None, ref_window=None):
     gen = torch.Generator().manual_seed(seed)
     cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32, device=device)
     cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32, device=device)
@@ -90,7 +92,8 @@ def run_varlen(lens_q, lens_k, heads_q, heads_k, dqk, dv, dtype, device, causal=
     for name, cdt in (("ref", torch.float64), ("lowp", dtype)):
         leaves = [_leaf(t) for t in ([q, k, v] + ([s] if sink else []))]
         o, l = reference.varlen_attention(*leaves[:3], cu_q, cu_k, sink=leaves[3] if sink else None,
-                                          causal=causal, window=window, dropout_p=dropout_p, keep_mask=keep,
+                                          causal=causal, window=window if ref_window is None else ref_window,
+                                          dropout_p=dropout_p, keep_mask=keep,
                                           compute_dtype=cdt)
         grads = torch.autograd.grad(o, leaves, do.to(cdt)) if backward else None
         refs[name] = (o, l, grads)

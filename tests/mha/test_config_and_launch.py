@@ -62,8 +62,87 @@ def test_guard_clamps_stages_for_tiny_head_dims():
 
 
 def test_override_rejects_unknown_keys():
-    with pytest.raises(config.ConfigFileError, match="BLOK_M"):
+    with pytest.raises(ValueError, match="unknown key 'BLOK_M'; did you mean 'BLOCK_M'"):
         config.resolve("forward", "sm90", 64, 64, "fp16", 0.0, {"BLOK_M": 64})
+
+
+# config= overrides that used to run (on garbage), fail inside Triton or Python, or be ignored:
+# each is refused by a ValueError naming the key before anything is launched.
+BAD_OVERRIDES = {
+    "block_m_negative": ({"BLOCK_M": -16}, r"config\['BLOCK_M'\]: expected a power of two from 16 to 256, got -16"),
+    "block_m_3": ({"BLOCK_M": 3}, r"config\['BLOCK_M'\]: expected a power of two .*got 3"),
+    "block_m_0": ({"BLOCK_M": 0}, r"config\['BLOCK_M'\]: expected a power of two .*got 0"),
+    "block_n_negative": ({"BLOCK_N": -32}, r"config\['BLOCK_N'\]: expected a power of two .*got -32"),
+    "block_n_512": ({"BLOCK_N": 512}, r"config\['BLOCK_N'\]: expected a power of two from 16 to 256, got 512"),
+    "block_m2_24": ({"backward": {"BLOCK_M2": 24}}, r"config\['backward'\]\['BLOCK_M2'\]: .*got 24"),
+    "block_m_str": ({"BLOCK_M": "32"}, r"config\['BLOCK_M'\]: expected an int, got str '32'"),
+    "block_m_float": ({"BLOCK_M": 16.7}, r"config\['BLOCK_M'\]: expected an int, got float 16.7"),
+    "block_m_bool": ({"BLOCK_M": True}, r"config\['BLOCK_M'\]: expected an int, got the bool True"),
+    "num_warps_negative": ({"num_warps": -1}, r"config\['num_warps'\]: expected a power of two from 1 to \d+"),
+    "num_warps_3": ({"num_warps": 3}, r"config\['num_warps'\]: expected a power of two .*got 3"),
+    "num_stages_0": ({"num_stages": 0}, r"config\['num_stages'\]: expected an int from 1 to 8, got 0"),
+    "num_stages_9": ({"forward": {"num_stages": 9}}, r"config\['forward'\]\['num_stages'\]: .*got 9"),
+    "not_a_dict": ("garbage", r"config: expected a dict of config keys .*got str 'garbage'"),
+    "section_not_a_dict": ({"forward": "x"}, r"config\['forward'\]: expected a dict of forward config keys, got str"),
+    "unknown_key": ({"BLOK_M": 32}, r"config: unknown key 'BLOK_M'; did you mean 'BLOCK_M'\?"),
+    "unknown_key_case": ({"num_warp": 4}, r"config: unknown key 'num_warp'; did you mean 'num_warps'\?"),
+    "unknown_key_in_section": ({"forward": {"block_n": 32}},
+                               r"config\['forward'\]: unknown key 'block_n'; did you mean 'BLOCK_N'\?"),
+    "other_pass_key_in_section": ({"forward": {"BLOCK_M1": 16}},
+                                  r"config\['forward'\]: 'BLOCK_M1' is a backward key"),
+    "ws_in_backward": ({"backward": {"warp_specialize": True}},
+                       r"config\['backward'\]: 'warp_specialize' is a forward key"),
+    "flat_beside_section": ({"forward": {"BLOCK_M": 32}, "num_warps": 4},
+                            r"config: flat keys \['num_warps'\] beside the section 'forward'"),
+    "unmasked": ({"forward": {"unmasked": {"BLOCK_M": 32}}}, r"config\['forward'\]: 'unmasked' is a config-file key"),
+    "ws_not_bool": ({"warp_specialize": 1}, r"config\['warp_specialize'\]: expected a bool, got int 1"),
+}
+# Of a wrong Python type: a TypeError as well (as mha.validation's ArgumentTypeError).
+WRONG_TYPES = {"block_m_str", "block_m_float", "block_m_bool", "not_a_dict", "section_not_a_dict", "ws_not_bool"}
+
+
+@pytest.mark.parametrize("override,match", list(BAD_OVERRIDES.values()), ids=list(BAD_OVERRIDES))
+def test_bad_overrides_are_refused_before_any_launch(override, match, monkeypatch, device, request):
+    def refuse(*_args, **_kw):
+        raise AssertionError("a kernel was launched with a config that should have been refused")
+
+    monkeypatch.setattr(launch, "forward", refuse)
+    monkeypatch.setattr(launch, "backward", refuse)
+    q = torch.zeros(1, 16, 2, 16, dtype=torch.float16, device=device)
+    with pytest.raises(ValueError, match=match) as info:
+        mha.flash_attn_func(q, q, q, config=override)
+    assert isinstance(info.value, mha.validation.AttentionInputError)   # the one family of input errors
+    assert isinstance(info.value, TypeError) == (request.node.callspec.id in WRONG_TYPES)
+
+
+def test_num_warps_limit_is_the_archs():
+    """1024 threads a block: 32 warps of 32 lanes on sm90, 16 wavefronts of 64 on AMD."""
+    _, cfg = config.resolve("forward", "sm90", 64, 64, "fp16", 0.0, {"num_warps": 32})
+    assert cfg["num_warps"] == 32
+    with pytest.raises(ValueError, match=r"config\['num_warps'\]: expected a power of two from 1 to 16 on gfx942"):
+        config.resolve("forward", "gfx942", 64, 64, "fp16", 0.0, {"num_warps": 32})
+
+
+def test_valid_override_forms_still_resolve():
+    import numpy as np
+
+    flat = {"BLOCK_M": 64, "BLOCK_N": np.int64(32), "BLOCK_M1": 16, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 16,
+            "num_warps": 4, "num_stages": 1}
+    nested = {"forward": {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1},
+              "backward": {"BLOCK_M1": 16, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 16, "num_warps": 4,
+                           "num_stages": 1}}
+    for override in (flat, nested):
+        bucket, fwd = config.resolve("forward", "gfx942", 64, 64, "fp16", 0.0, override)
+        assert bucket == "small_head+override" and fwd == nested["forward"]
+        assert all(type(v) is int for v in fwd.values())
+        _, bwd = config.resolve("backward", "gfx942", 64, 64, "fp16", 0.0, override)
+        assert bwd == nested["backward"]
+    for nothing in (None, {}, {"forward": {}}):
+        bucket, cfg = config.resolve("forward", "sm90", 64, 64, "fp16", 0.0, nothing)
+        assert (bucket, cfg) == config.resolve("forward", "sm90", 64, 64, "fp16", 0.0)
+    # keys of the other pass in a flat override are that pass's; one section leaves the other pass alone
+    assert config.resolve("forward", "sm90", 64, 64, "fp16", 0.0, {"BLOCK_M1": 32})[0] == "small_head"
+    assert config.resolve("backward", "sm90", 64, 64, "fp16", 0.0, {"forward": {"num_warps": 8}})[0] == "small_head"
 
 
 @pytest.mark.parametrize("props,is_hip,expected", [

@@ -1,4 +1,7 @@
 """Every input check raises before any launch, with what was expected and what came."""
+import re
+import sys
+
 import pytest
 import torch
 
@@ -257,7 +260,7 @@ def test_cpu_cu_seqlens_are_read_every_call(host_reads, device):
     for _ in range(2):
         mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4)
     assert [id(t) for t in host_reads] == [id(cu_q), id(cu_k)] * 2
-    assert id(cu_q) not in V._cu_cache
+    assert id(cu_q) not in V._values_cache
 
 
 def test_backward_revalidates_from_the_cache(host_reads, cached_like_a_gpu, device):
@@ -312,9 +315,9 @@ def test_cu_seqlens_cache_entry_dropped_with_tensor(cached_like_a_gpu, device):
     cu = torch.tensor([0, 3, 8], dtype=torch.int32, device=device)
     V.check_cu_seqlens(cu, cu, 8, 8, 5, 5, cu.device)
     key = id(cu)
-    assert key in V._cu_cache
+    assert key in V._values_cache
     del cu
-    assert key not in V._cu_cache
+    assert key not in V._values_cache
 
 
 def test_cu_seqlens_inference_tensors_validated_every_call(host_reads, cached_like_a_gpu, device):
@@ -342,8 +345,10 @@ def test_cu_seqlens_inference_tensors_validated_every_call(host_reads, cached_li
     (dict(softmax_scale=float("nan")), ValueError, "softmax_scale: expected a finite number, got nan"),
     (dict(softmax_scale=float("inf")), ValueError, "got inf"),
     (dict(softmax_scale="0.125"), TypeError, "softmax_scale: expected a number"),
+    (dict(return_lse="no"), TypeError, "return_lse: expected a bool, got str 'no'"),
+    (dict(return_lse=None), TypeError, "return_lse: expected a bool, got NoneType None"),
 ], ids=["window_float", "window_str", "window_bool", "dropout_str", "causal_str", "causal_int",
-        "scale_nan", "scale_inf", "scale_str"])
+        "scale_nan", "scale_inf", "scale_str", "return_lse_str", "return_lse_none"])
 def test_arguments_are_refused_not_coerced(kw, exc, match, device):
     q, k, v = _qkv(device)
     with pytest.raises(exc, match=match) as info:
@@ -392,3 +397,105 @@ def test_sink_in_the_inputs_dtype_is_upcast_and_its_gradient_keeps_its_dtype(dev
     (g16,) = torch.autograd.grad(out16.float().sum(), sink16)
     (g32,) = torch.autograd.grad(out32.float().sum(), sink32)
     assert g16.dtype == torch.float16 and torch.allclose(g16.float(), g32, atol=1e-3)
+
+
+# A window side at least as long as the keys (left) or the queries (right) excludes no key: it is
+# unbounded in effect, however large, and must neither overflow the kernels' index math (2**63 - 1
+# wrapped there and in the reference) nor reach Triton as an integer it cannot represent (2**70).
+HUGE_WINDOWS = {"maxsize_both": ((sys.maxsize, sys.maxsize), (-1, -1)),
+                "left0_right_2p63": ((0, 2**63 - 1), (0, -1)),
+                "unbounded_right_2p63": ((-1, 2**63 - 1), (-1, -1)),
+                "left_2p70_right0": ((2**70, 0), (-1, 0)),
+                "left3_right_2p70": ((3, 2**70), (3, -1))}
+
+
+@pytest.mark.parametrize("lengths", [(16, 24), (24, 16)], ids=["q16_k24", "q24_k16"])
+@pytest.mark.parametrize("window,same", list(HUGE_WINDOWS.values()), ids=list(HUGE_WINDOWS))
+def test_reference_treats_huge_window_sides_as_unbounded(window, same, lengths):
+    from mha.reference import attention
+
+    torch.manual_seed(0)
+    sq, sk = lengths
+    q, k, v = torch.randn(1, sq, 2, 16), torch.randn(1, sk, 2, 16), torch.randn(1, sk, 2, 16)
+    got, got_lse = attention(q, k, v, window=window)
+    want, want_lse = attention(q, k, v, window=same)
+    assert torch.equal(got, want) and torch.equal(got_lse, want_lse)
+
+
+@pytest.mark.parametrize("window,same", list(HUGE_WINDOWS.values()), ids=list(HUGE_WINDOWS))
+def test_huge_window_sides_compute_the_unbounded_answer(window, same, device):
+    from cases import Case, run_dense
+
+    # Forward and backward against the reference of the bounded-in-effect window; fewer queries
+    # than keys, so a right side that wrapped negative would mask keys.
+    run_dense(Case(1, 16, 24, 2, 1, 16, 16, window=window), torch.float16, device, ref_window=same)
+
+
+def test_huge_window_sides_reach_the_kernels_clamped_to_the_lengths(monkeypatch, device):
+    """The kernels get each side at most the longest length (int32 index math), dense and varlen."""
+    seen = []
+    real = mha.launch.forward
+
+    def spy(spec, geo, q, k, v, sink, cu_q, cu_k, scale, window, *rest):
+        seen.append(window)
+        return real(spec, geo, q, k, v, sink, cu_q, cu_k, scale, window, *rest)
+
+    monkeypatch.setattr(mha.launch, "forward", spy)
+    q, k, v = _qkv(device, sq=8, sk=12)
+    mha.flash_attn_func(q, k, v, window_size=(2**70, sys.maxsize))
+    mha.flash_attn_func(q, k, v, window_size=(5, 2**63 - 1))
+    mha.flash_attn_func(q, k, v, window_size=(-1, 2**40), causal=True)
+    q, k, v, cu_q, cu_k = _varlen(device)                  # longest sequences: q 5, k 4
+    mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4, window_size=(2**70, 2**63 - 1))
+    assert seen == [(12, 8), (5, 8), (-1, 0), (4, 5)]
+
+
+def test_huge_window_sides_varlen(device):
+    from cases import run_varlen
+
+    run_varlen((5, 16), (16, 9), 2, 1, 16, 16, torch.float16, device, window=(2**63 - 1, 2**70),
+               ref_window=(-1, -1))
+    run_varlen((5, 16), (16, 9), 2, 1, 16, 16, torch.float16, device, window=(2, sys.maxsize), causal=True,
+               ref_window=(2, -1))
+
+
+def test_return_lse_is_refused_not_coerced_varlen(device):
+    q, k, v, cu_q, cu_k = _varlen(device)
+    with pytest.raises(V.ArgumentTypeError, match="return_lse: expected a bool, got str 'yes'"):
+        mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4, return_lse="yes")
+
+
+# Sink logits the kernels cannot compute with: the forward starts its float32 base-2 running max
+# at sink * log2(e), and at +inf the first rescale is exp2(inf - inf), NaN (the reference's limit
+# is output 0, lse +inf); a NaN sink makes NaN everything; -inf gives a NaN sink gradient on rows
+# that see no key; a finite sink past float32 max / log2(e) overflows to the +inf case.
+@pytest.mark.parametrize("value,shown", [(float("inf"), "inf"), (float("-inf"), "-inf"), (float("nan"), "nan"),
+                                         (3e38, "3e+38")], ids=["inf", "minus_inf", "nan", "3e38"])
+def test_sink_logits_must_be_finite(value, shown, device):
+    q, k, v = _qkv(device)
+    sink = torch.tensor([0.5, value], device=device)
+    with pytest.raises(V.AttentionInputError, match=rf"sink: expected finite logits .*got {re.escape(shown)} at head 1"):
+        mha.flash_attn_func(q, k, v, sink=sink)
+    q, k, v, cu_q, cu_k = _varlen(device)
+    with pytest.raises(V.AttentionInputError, match=rf"sink: .*got {re.escape(shown)} at head 1"):
+        mha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 4, sink=sink)
+
+
+def test_sink_in_the_inputs_dtype_must_be_finite_too(device):
+    q, k, v = _qkv(device)
+    with pytest.raises(V.AttentionInputError, match="sink: expected finite logits .*got inf at head 0"):
+        mha.flash_attn_func(q, k, v, sink=torch.tensor([float("inf"), 0.0], device=device, dtype=torch.float16))
+
+
+def test_sink_values_read_once_per_tensor_state(host_reads, cached_like_a_gpu, device):
+    """On a GPU reading the sink is a sync: done once per tensor state, as for cu_seqlens."""
+    q, k, v = _qkv(device)
+    sink = torch.tensor([0.5, -1.0], device=device, requires_grad=True)
+    for _ in range(2):
+        mha.flash_attn_func(q, k, v, sink=sink)
+    assert [id(t) for t in host_reads] == [id(sink)]
+    with torch.no_grad():
+        sink[1] = float("inf")          # a versioned write: read again, and refused
+    with pytest.raises(V.AttentionInputError, match="sink: .*got inf at head 1"):
+        mha.flash_attn_func(q, k, v, sink=sink)
+    assert len(host_reads) == 2

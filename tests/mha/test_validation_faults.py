@@ -140,6 +140,17 @@ def test_meta_varlen_inputs_are_refused(no_launch):
         mha.flash_attn_varlen_func(q, q, q, cu, cu, 5, 5)
 
 
+def test_meta_sink_is_refused_without_reading_its_values(no_launch):
+    """The sink's values are checked (finite) only where it has some: a meta one reaches the
+    data check, which names it."""
+    q = _meta(1, 8, 2, 16)
+    with pytest.raises(V.MetaTensorError, match="q: a meta tensor"):
+        mha.flash_attn_func(q, q, q, sink=_meta(2, dtype=torch.float32))
+    with pytest.raises(V.MetaTensorError, match="sink: a meta tensor"):
+        V.check_has_data(q=torch.zeros(1), sink=V.check_sink(_meta(2, dtype=torch.float32), 2, q.device,
+                                                             torch.float16))
+
+
 def test_meta_errors_are_value_errors():
     assert issubclass(V.MetaTensorError, V.AttentionInputError)
 
