@@ -27,8 +27,19 @@ def _leaf(t):
     return t.detach().clone().requires_grad_(True)
 
 
-def run_dense(case: Case, dtype, device, backward=True, seed=0, config=None, ref_window=None):
-    """The kernel with case.window against the reference with ref_window (default case.window)."""
+LEAVES = ("q", "k", "v", "sink")
+
+
+def _copy(name, t):
+    """Default placement of a kernel input: a contiguous copy (a leaf for the differentiable ones)."""
+    return _leaf(t) if name in LEAVES else t
+
+
+def run_dense(case: Case, dtype, device, backward=True, seed=0, config=None, ref_window=None, place=_copy):
+    """The kernel with case.window against the reference with ref_window (default case.window).
+    place(name, tensor) gives the tensor the kernels get for q, k, v, sink and dout: the same
+    values, a leaf that requires grad for the names in LEAVES (test_canary_padding puts them
+    inside padding). The references compute from the unplaced tensors."""
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(case.batch, case.seqlen_q, case.heads_q, case.dqk, generator=gen).to(device, dtype)
     k = torch.randn(case.batch, case.seqlen_k, case.heads_k, case.dqk, generator=gen).to(device, dtype)
@@ -42,7 +53,7 @@ def run_dense(case: Case, dtype, device, backward=True, seed=0, config=None, ref
         torch.manual_seed(seed)
         keep = mha.dropout_mask(case.batch, case.heads_q, case.seqlen_q, case.seqlen_k, case.dropout_p,
                                 rng_seed, rng_offset, device=device)
-    inputs = [_leaf(q), _leaf(k), _leaf(v)] + ([_leaf(sink)] if case.sink else [])
+    inputs = [place("q", q), place("k", k), place("v", v)] + ([place("sink", sink)] if case.sink else [])
     out, lse = mha.flash_attn_func(*inputs[:3], dropout_p=case.dropout_p, causal=case.causal,
                                    window_size=case.window, sink=inputs[3] if case.sink else None,
                                    return_lse=True, config=config)
@@ -59,14 +70,15 @@ def run_dense(case: Case, dtype, device, backward=True, seed=0, config=None, ref
     assert_close("out", out, refs["ref"][0], refs["lowp"][0], dtype)
     assert_close("lse", lse, refs["ref"][1], refs["lowp"][1].float(), torch.float32 if dtype == torch.float32 else dtype)
     if backward:
-        grads = torch.autograd.grad(out, inputs, do)
+        grads = torch.autograd.grad(out, inputs, place("dout", do))
         for name, g, r, lp in zip(("dq", "dk", "dv", "dsink"), grads, refs["ref"][2], refs["lowp"][2]):
             assert g.shape == r.shape and g.dtype == inputs[["dq", "dk", "dv", "dsink"].index(name)].dtype
             assert_close(name, g, r, lp, dtype)
 
 
 def run_varlen(lens_q, lens_k, heads_q, heads_k, dqk, dv, dtype, device, causal=False, window=(-1, -1),
-               sink=False, dropout_p=0.0, backward=True, seed=0, config=None, ref_window=None):
+               sink=False, dropout_p=0.0, backward=True, seed=0, config=None, ref_window=None, place=_copy):
+    """As run_dense; place also gets cu_seqlens_q and cu_seqlens_k."""
     gen = torch.Generator().manual_seed(seed)
     cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32, device=device)
     cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32, device=device)
@@ -83,8 +95,9 @@ def run_varlen(lens_q, lens_k, heads_q, heads_k, dqk, dv, dtype, device, causal=
         torch.manual_seed(seed)
         keep = mha.dropout_mask(len(lens_q), heads_q, max(lens_q), max(lens_k), dropout_p, rng_seed, rng_offset,
                                 device=device)
-    inputs = [_leaf(q), _leaf(k), _leaf(v)] + ([_leaf(s)] if sink else [])
-    out, lse = mha.flash_attn_varlen_func(*inputs[:3], cu_q, cu_k, max(lens_q), max(lens_k), dropout_p=dropout_p,
+    inputs = [place("q", q), place("k", k), place("v", v)] + ([place("sink", s)] if sink else [])
+    out, lse = mha.flash_attn_varlen_func(*inputs[:3], place("cu_seqlens_q", cu_q), place("cu_seqlens_k", cu_k),
+                                          max(lens_q), max(lens_k), dropout_p=dropout_p,
                                           causal=causal, window_size=window,
                                           sink=inputs[3] if sink else None, return_lse=True, config=config)
     assert lse.shape == (heads_q, tq)
@@ -100,6 +113,6 @@ def run_varlen(lens_q, lens_k, heads_q, heads_k, dqk, dv, dtype, device, causal=
     assert_close("out", out, refs["ref"][0], refs["lowp"][0], dtype)
     assert_close("lse", lse, refs["ref"][1], refs["lowp"][1].float(), torch.float32 if dtype == torch.float32 else dtype)
     if backward:
-        grads = torch.autograd.grad(out, inputs, do)
+        grads = torch.autograd.grad(out, inputs, place("dout", do))
         for name, g, r, lp in zip(("dq", "dk", "dv", "dsink"), grads, refs["ref"][2], refs["lowp"][2]):
             assert_close(name, g, r, lp, dtype)
