@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import NoReturn
 
+from mha_ci import __version__
 from mha_ci.commands import bisect, checksums, containers, export, perf, plan, run, tune, validate
 from mha_ci.crash import on_sigterm, report_crash
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError, interruption
@@ -59,6 +60,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mha-ci", description="Plan and run the jobs that guard the mha kernels.")
     parser.add_argument("--root", type=Path, default=None, help="checkout root (default: found from the current folder)")
+    parser.add_argument("--version", action="version", version=f"mha-ci {__version__}",
+                        help="print mha-ci's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for command in COMMANDS:
         table = command.register(sub)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mha_ci.bisect import code, gpu, session
 from mha_ci.cache import cache_root
-from mha_ci.commands.options import add_pins_option, check_pins_option
+from mha_ci.commands.options import add_executor_option, add_pins_option, check_pins_option, check_target
 from mha_ci.errors import ConfigError
 from mha_ci.executors import make_executor
 from mha_ci.model.loader import load_pipeline
@@ -27,14 +27,14 @@ def register(cmds) -> None:
                                        "(code objects on the CPU first, then a binary search on the GPU)")
     p.add_argument("--good", required=True, metavar="REF", help="a commit where the shapes were fine")
     p.add_argument("--bad", required=True, metavar="REF", help="a later commit (good is its ancestor) where they moved")
-    p.add_argument("--arch", required=True)
-    p.add_argument("--toolchain", required=True)
+    p.add_argument("--arch", required=True, help="the arch the shapes are measured on (its GPU, for the GPU stage)")
+    p.add_argument("--toolchain", required=True, help="the toolchain every commit is built and timed in")
     p.add_argument("--shape", action="append", required=True, metavar="GLOB",
                    help="workload shape keys to bisect (repeatable; `mha-ci perf shapes` lists them)")
     p.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), help="only this pass's shapes")
     p.add_argument("--out", type=Path, required=True,
                    help="folder for bisect.json (the resume state), report.{txt,md,json}, checkouts/, cpu/, gpu/")
-    p.add_argument("--executor", choices=("venv", "docker", "host"), default="venv")
+    add_executor_option(p)
     p.add_argument("--cpu-only", action="store_true",
                    help="only the CPU stage: list the distinct builds and exit 0 (carry --out to the GPU host)")
     p.add_argument("--jobs", type=int, default=None, help="compile processes of the CPU stage (default: all CPUs)")
@@ -45,14 +45,10 @@ def register(cmds) -> None:
 def cmd_bisect(args) -> int:
     check_pins_option(args)
     pipeline = load_pipeline(args.root)
-    if args.arch not in pipeline.archs:
-        raise ConfigError(f"unknown arch '{args.arch}'; known: {', '.join(pipeline.archs)}", key="--arch")
+    check_target(pipeline, args.arch, [args.toolchain])
     if pipeline.archs[args.arch].compile_target is None:
         raise ConfigError(f"arch '{args.arch}' has no compile target: its code objects cannot be compared",
                           key="--arch")
-    if args.toolchain not in pipeline.toolchains:
-        raise ConfigError(f"unknown toolchain '{args.toolchain}'; known: {', '.join(pipeline.toolchains)}",
-                          key="--toolchain")
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError("--jobs must be at least 1", key="--jobs")
     workloads = selected_workloads(pipeline, "full", args.shape)

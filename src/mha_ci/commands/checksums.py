@@ -38,7 +38,9 @@ HOST = "host"
 def register(sub) -> None:
     p = sub.add_parser("checksums", help="compile every kernel variant ahead of time and check its code object",
                        description=__doc__.split("\n\n", 1)[0])
-    p.add_argument("action", choices=ACTIONS)
+    p.add_argument("action", choices=ACTIONS,
+                   help="compute: compile and record; verify: against perf_baselines/code_objects/; "
+                        "update: rewrite those records")
     p.add_argument("--toolchain", action="append", default=None, help="toolchain name, or 'host' (repeatable)")
     p.add_argument("--arch", action="append", default=None, help="arch with a compile target (repeatable)")
     p.add_argument("--executor", choices=("venv", "docker", "host"), default=None,

@@ -40,7 +40,8 @@ def register(sub) -> None:
         p.add_argument("--all", action="store_true",
                        help="every Dockerfile of every toolchain (default: the CPU images)")
         p.add_argument("--toolchain", action="append", help="e.g. triton-3.4 (repeatable)")
-        p.add_argument("--platform", action="append", choices=["cpu", "rocm", "cuda"])
+        p.add_argument("--platform", action="append", choices=["cpu", "rocm", "cuda"],
+                       help="only the images of this platform (repeatable)")
         if name == "build":
             p.add_argument("--force", action="store_true", help="rebuild even if the image exists")
             p.add_argument("--jobs", type=_positive, default=1, metavar="N",

@@ -28,7 +28,7 @@ def register(sub) -> None:
     gh.set_defaults(handler=_github)
 
     mx = targets.add_parser("matrix", help="job matrices for $GITHUB_OUTPUT from `mha-ci plan --format json` output")
-    mx.add_argument("--plan", type=Path, required=True)
+    mx.add_argument("--plan", type=Path, required=True, help="plan.json written by `mha-ci plan --format json`")
     mx.add_argument("--group-plan", nargs=2, metavar=("GROUP", "FILE"),
                     help="also write the plan's jobs of one matrix (cpu or gpu) to FILE: that workflow's gate plan")
     mx.set_defaults(handler=_matrix)

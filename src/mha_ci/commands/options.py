@@ -15,6 +15,7 @@ from mha_ci.errors import ConfigError
 from mha_ci.executors.devices import ASSUME_ENV, available_devices
 from mha_ci.jobs.context import DEFAULT_JOB_TIMEOUT_S, SUBSETS, RunOptions
 from mha_ci.model.types import Event
+from mha_ci.model.yaml_source import closest
 from mha_ci.perf.gate_source import load_gate_source
 from mha_ci.plan.events import build_event
 from mha_ci.plan.local_changes import local_changes
@@ -24,6 +25,24 @@ EXECUTORS = ("venv", "docker", "host")
 PERF_SUBSET_ENV = "MHA_CI_PERF_SUBSET"      # the perf job's shapes: pr | full (default full)
 PERF_REPEAT_ENV = "MHA_CI_PERF_REPEAT"      # payload processes per perf measurement (default 1)
 JOB_TIMEOUT_ENV = "MHA_CI_JOB_TIMEOUT"      # seconds per correctness payload step (default 3600)
+
+
+def check_target(pipeline, arch: str | None = None, toolchains=()) -> None:
+    """Refuse an --arch or --toolchain the pipeline does not define (exit 2, naming the known ones
+    and the closest), before a command looks for a device or says what it is about to do."""
+    if arch is not None and arch not in pipeline.archs:
+        raise ConfigError(f"unknown arch '{arch}'; known: {', '.join(pipeline.archs)}", key="--arch",
+                          suggestion=closest(arch, pipeline.archs))
+    for name in [toolchains] if isinstance(toolchains, str) else toolchains or ():
+        if name not in pipeline.toolchains:
+            raise ConfigError(f"unknown toolchain '{name}'; known: {', '.join(pipeline.toolchains)}",
+                              key="--toolchain", suggestion=closest(name, pipeline.toolchains))
+
+
+def add_executor_option(parser, default: str | None = "venv") -> None:
+    parser.add_argument("--executor", choices=EXECUTORS, default=default,
+                        help="where the payload runs: venv (the toolchain's locked venv, built on first use), "
+                             "docker (its image), host (this Python, as installed); default venv")
 
 
 def add_pins_option(parser) -> None:

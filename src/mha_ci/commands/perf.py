@@ -31,7 +31,8 @@ from collections import Counter
 from pathlib import Path
 
 from mha_ci.cache import cache_root
-from mha_ci.commands.options import add_pins_option, check_pins_option, local_devices
+from mha_ci.commands.options import (add_executor_option, add_pins_option, check_pins_option, check_target,
+                                     local_devices)
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
 from mha_ci.executors import make_executor
 from mha_ci.model.loader import load_pipeline
@@ -58,21 +59,24 @@ def register(sub):
     cmds = perf.add_subparsers(dest="perf_command", required=True, parser_class=type(perf))
 
     p = cmds.add_parser("shapes", help="list the workload shapes; write shapes.json + method.json for the payload")
-    p.add_argument("--subset", choices=("pr", "full"), default="full")
+    p.add_argument("--subset", choices=("pr", "full"), default="full",
+                   help="pr: the pull-request subset (perf.yaml subset); full: every workload shape (default)")
     p.add_argument("--shape", action="append", metavar="GLOB", help="only keys matching (repeatable)")
     p.add_argument("--out", type=Path, help="folder to write shapes.json and method.json into")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
     p.set_defaults(handler=cmd_shapes)
 
     p = cmds.add_parser("measure", help="time the shapes in a toolchain through an executor")
     p.add_argument("--toolchain", help="toolchain (default: the golden one)")
     p.add_argument("--arch", help="arch (default: the one whose device this machine has)")
-    p.add_argument("--subset", choices=("pr", "full"), default="pr")
-    p.add_argument("--executor", choices=("venv", "docker", "host"), default="venv")
+    p.add_argument("--subset", choices=("pr", "full"), default="pr",
+                   help="pr (default): the pull-request subset of perf.yaml; full: every workload shape")
+    add_executor_option(p)
     p.add_argument("--out", type=Path, help="output folder (default: <root>/out/perf)")
     p.add_argument("--kernel", choices=("mha", "sdpa"), default="mha",
                    help="sdpa: time torch SDPA instead (harness sanity check, not a kernel measurement)")
-    p.add_argument("--shape", action="append", metavar="GLOB")
+    p.add_argument("--shape", action="append", metavar="GLOB",
+                   help="only the subset's keys matching GLOB (repeatable; `mha-ci perf shapes` lists them)")
     p.add_argument("--repeat", type=int, default=1,
                    help="measure N times, each in its own process, and combine (median, between-run noise)")
     p.add_argument("--interleave", metavar="T2",
@@ -86,16 +90,17 @@ def register(sub):
     p.set_defaults(handler=cmd_measure)
 
     p = cmds.add_parser("compare", help="classify every shape of CAND against BASE (exit 1 on regression)")
-    p.add_argument("baseline", type=Path)
-    p.add_argument("candidate", type=Path)
-    p.add_argument("--format", choices=("text", "md", "json"), default="text")
+    p.add_argument("baseline", type=Path, help="the mha-ci.perf/1 document to judge against (BASE)")
+    p.add_argument("candidate", type=Path, help="the mha-ci.perf/1 document judged (CAND)")
+    p.add_argument("--format", choices=("text", "md", "json"), default="text",
+                   help="what stdout gets (default text)")
     p.add_argument("--out", type=Path, help="also write compare.{json,md,txt,png,html} here")
     p.add_argument("--cross-toolchain", action="store_true", help="compare two toolchains on purpose")
     p.set_defaults(handler=cmd_compare)
 
     p = cmds.add_parser("calibrate", help="A/A (and a planted run): noise, smallest slowdown caught, false-regression and catch rates held to perf.yaml's calibration bars")
-    p.add_argument("a", type=Path)
-    p.add_argument("b", type=Path)
+    p.add_argument("a", type=Path, help="a mha-ci.perf/1 run of one build")
+    p.add_argument("b", type=Path, help="another run of the same build (an A/A pair with A)")
     p.add_argument("--planted", type=Path, help="a third run of the same build with MHA_PERF_PLANT_SLOWDOWN")
     p.add_argument("--planted-base", type=Path,
                    help="what the planted run is judged against (default: A): the base side of the same "
@@ -105,24 +110,24 @@ def register(sub):
                    help="the gate's floor to calibrate (default: perf.yaml's; --against-floor: its --against floor)")
     p.add_argument("--against-floor", action="store_true",
                    help="calibrate the floor `perf measure --against` judges with (perf.yaml against.floor_pct)")
-    p.add_argument("--format", choices=("md", "json"), default="md")
+    p.add_argument("--format", choices=("md", "json"), default="md", help="what stdout gets (default md)")
     p.add_argument("--out", type=Path, help="also write calibrate.{json,md,png} here")
     p.set_defaults(handler=cmd_calibrate)
 
     p = cmds.add_parser("merge", help="join chunk documents (payload --chunk I/N) of one toolchain")
-    p.add_argument("chunks", type=Path, nargs="+")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("chunks", type=Path, nargs="+", help="mha-ci.perf/1 chunk documents of one toolchain")
+    p.add_argument("--out", type=Path, required=True, help="the merged document (a file)")
     p.set_defaults(handler=cmd_merge)
 
     p = cmds.add_parser("combine", help="one baseline from several runs of one build, with the between-run noise")
     p.add_argument("runs", type=Path, nargs="+", help="mha-ci.perf/1 runs (ideally from different machines or days)")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True, help="the combined document (a file)")
     p.set_defaults(handler=cmd_combine)
 
     p = cmds.add_parser("refresh", help="measure the full set and propose new baselines on a branch (mha_ci.refresh)")
     p.add_argument("--arch", help="arch (default: the one whose device this machine has)")
     p.add_argument("--toolchain", action="append", help="toolchain (repeatable; default: all)")
-    p.add_argument("--executor", choices=("venv", "docker", "host"), default="venv")
+    add_executor_option(p)
     p.add_argument("--out", type=Path, help="output folder (default: <root>/out/refresh)")
     p.add_argument("--always", action="store_true", help="make the branch even when nothing moved")
     # Documents measured already (by `perf measure`, or copied from a GPU machine): no measuring.
@@ -141,8 +146,8 @@ def register(sub):
     p.set_defaults(handler=cmd_refresh)
 
     p = cmds.add_parser("history", help="each shape's series over the stored baseline's git history (no GPU)")
-    p.add_argument("--arch", required=True)
-    p.add_argument("--toolchain", required=True)
+    p.add_argument("--arch", required=True, help="arch of the stored baseline (perf_baselines/<arch>/)")
+    p.add_argument("--toolchain", required=True, help="toolchain of the stored baseline (<arch>/<toolchain>.json)")
     p.add_argument("--shape", action="append", metavar="GLOB", help="only keys matching (repeatable)")
     p.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), help="only this pass's shapes")
     p.add_argument("--rev", default="HEAD", help="read the history of this commit (default: HEAD)")
@@ -179,6 +184,7 @@ def cmd_shapes(args) -> int:
 def cmd_measure(args) -> int:
     check_pins_option(args)
     pipeline = load_pipeline(args.root)
+    check_target(pipeline, args.arch, [args.toolchain] if args.toolchain else ())
     toolchain = args.toolchain or _golden(pipeline)
     arch = args.arch or _local_arch(pipeline)
     out_dir = (args.out or args.root / "out" / "perf").resolve()
@@ -308,6 +314,7 @@ def cmd_merge(args) -> int:
 def cmd_refresh(args) -> int:
     check_pins_option(args)
     pipeline = load_pipeline(args.root)
+    check_target(pipeline, args.arch, args.toolchain)
     out_dir = (args.out or args.root / "out" / "refresh").resolve()
     if args.measurement:
         if args.toolchain:

@@ -19,7 +19,8 @@ def register(sub) -> None:
     p.add_argument("--github-event", type=Path, default=None, metavar="FILE", help="GitHub event payload ($GITHUB_EVENT_PATH)")
     p.add_argument("--event", default=None, metavar="KIND",
                    help="pull_request | push | schedule | manual (workflow_dispatch); default: from the payload, else pull_request")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text (default): for reading; json: the plan document CI's matrix and gate read")
     p.set_defaults(handler=_handler)
 
 

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from mha_ci.commands.options import add_pins_option, check_pins_option
+from mha_ci.commands.options import add_executor_option, add_pins_option, check_pins_option, check_target
 from mha_ci.errors import ConfigError, ExitCode
 from mha_ci.executors import make_executor
 from mha_ci.model.loader import load_pipeline
@@ -39,8 +39,8 @@ def register(sub) -> None:
     tune.add_argument("action", nargs="?", choices=("run", "propose"), default="run",
                       help="run (default): plan, then time/verify/check on a GPU; propose: make the branch "
                            "from an out folder (CPU)")
-    tune.add_argument("--arch")
-    tune.add_argument("--toolchain")
+    tune.add_argument("--arch", help="the arch whose config (src/mha/configs/<arch>-*.json) is tuned; run: required")
+    tune.add_argument("--toolchain", help="the toolchain the candidates are compiled and timed in; run: required")
     tune.add_argument("--bucket", action="append", help="a bucket to tune (repeatable; default: from the report, "
                                                          "or every bucket with workload shapes)")
     tune.add_argument("--from-report", type=Path, help="a mha-ci.perf-compare/1 file: tune the buckets with "
@@ -51,7 +51,7 @@ def register(sub) -> None:
     tune.add_argument("--out", type=Path, help="the tune folder (default: <root>/out/tune-<arch>-<toolchain>)")
     tune.add_argument("--from", dest="from_dir", type=Path, help="propose: the tune folder to read")
     tune.add_argument("--dry-run", action="store_true", help="plan and prune on the CPU, print, stop")
-    tune.add_argument("--executor", choices=("venv", "docker", "host"), default=None)
+    add_executor_option(tune, default=None)
     tune.add_argument("--jobs", type=int, default=None, help="compile processes (default: every core)")
     tune.add_argument("--budget-s", type=float, default=480.0,
                       help="wall-clock budget of the GPU phases of this call; no shape starts after it")
@@ -74,6 +74,7 @@ def handle(args) -> int:
     args.executor = args.executor or "venv"
     check_pins_option(args)
     pipeline = load_pipeline(args.root)
+    check_target(pipeline, args.arch, [args.toolchain])
     out = (args.out or args.root / "out" / f"tune-{args.arch}-{args.toolchain}").resolve()
     executor = make_executor(args.executor, args.root, pin_mode=args.pins)
     started = time.monotonic()

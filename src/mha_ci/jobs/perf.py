@@ -60,15 +60,27 @@ def run_job(job: Job, ctx: JobContext) -> JobResult:
                           stalls=len(comparison.stalled), pins_checked=bool(prov.get("pins_checked")),
                           pin_mismatches=list(prov.get("pin_mismatches") or []),
                           regressions=[v.key for v in comparison.shapes if v.status == "regression"][:50],
-                          broken=[{"key": v.key, "reason": v.reason} for v in comparison.broken])
+                          broken=[{"key": v.key, "reason": v.reason} for v in comparison.broken],
+                          verdict=report.verdict_details(comparison, job.arch, job.toolchain,
+                                                         str(paths["json"].relative_to(out_dir))))
     # An unpinned side still gates (its numbers are real), but the verdict says so in its first words.
     unpinned = "UNPINNED: " if any(n.startswith("UNPINNED") for n in comparison.notes) else ""
     if comparison.gate_failed:
         causes = comparison.failures
         result.message = unpinned + (comparison.refused or (
             f"perf gate failed: {report.tally_line(comparison)}; " + "; ".join(causes[:3])
+            + _worst(comparison)
             + (f"; {len(causes) - 3} more" if len(causes) > 3 else ""))) + judged_by
         return result
     result.verdict, result.exit_code = "pass", ExitCode.OK
     result.message = unpinned + report.tally_line(comparison) + judged_by
     return result
+
+
+def _worst(comparison) -> str:
+    """The worst regressed shapes with their deltas, so the one-line message names them."""
+    worst = [v for v in report.ordered(comparison.shapes) if v.status == "regression"]
+    if not worst:
+        return ""
+    named = ", ".join(f"{v.key} {v.delta_pct:+.1f} %" for v in worst[:3])
+    return f"; worst: {named}" + (f" and {len(worst) - 3} more" if len(worst) > 3 else "")

@@ -17,6 +17,7 @@ import base64
 import html
 import io
 import json
+import shlex
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,6 +30,16 @@ COLUMNS = ("shape", "M", "N", "K", "d_v", "HQ/HK", "TP", "layout", "bucket", "ba
            "delta %", "threshold %", "status", "same code", "source")
 PASS_TITLES = {"fwd": "Forward (fwd)", "bwd": "Backward (bwd)"}
 SAME_CODE = {True: "yes", False: "no", None: "-"}
+# The regressions table of compare.md: delta and status first, the narrow columns a reader acts on.
+# The shape key names the dimensions; the wide table of every other shape is folded below it.
+REGRESSION_COLUMNS = ("shape", "delta %", "status", "threshold %", "noise % base / cand", "us base -> cand",
+                      "same code", "bucket")
+# Moved shapes a perf job keeps per pass and direction in results.json: the summary shows them
+# without the artifact; the rest are counted there and listed in compare.md.
+MAX_VERDICT_SHAPES = 200
+# How many of the worst regressions the suggested repro and bisect commands name.
+COMMAND_SHAPES = 3
+TUNE_PASS = {"fwd": "forward", "bwd": "backward"}
 
 
 def by_pass(verdicts: Iterable[ShapeVerdict]) -> dict[str, list[ShapeVerdict]]:
@@ -200,9 +211,29 @@ def _md_table(verdicts: list[ShapeVerdict]) -> list[str]:
     return lines
 
 
+def _noise_pair(v: ShapeVerdict) -> str:
+    return f"{_fmt(v.noise_baseline_pct)} / {_fmt(v.noise_candidate_pct)}"
+
+
+def _regression_table(verdicts: list[ShapeVerdict]) -> list[str]:
+    lines = ["| " + " | ".join(REGRESSION_COLUMNS) + " |", "|" + "---|" * len(REGRESSION_COLUMNS)]
+    for v in verdicts:
+        r = row(v)
+        lines.append(f"| `{v.key}` | **{r['delta %']}** | {r['status']} | {r['threshold %']} | {_noise_pair(v)} | "
+                     f"{r['baseline us']} -> {r['candidate us']} | {r['same code']} | {r['bucket']} |")
+    return lines
+
+
+def verdict_line(c: Comparison) -> str:
+    """The comparison's verdict in one line: PASS, or FAIL and why."""
+    if not c.gate_failed:
+        return f"PASS: {tally_line(c)}"
+    return "FAIL: " + "; ".join(c.failures)
+
+
 def markdown(c: Comparison) -> str:
-    out = ["# Perf comparison", ""] + [f"- {line}" for line in _header(c)]
-    out += ["", f"**{tally_line(c)}**", ""]
+    out = ["# Perf comparison", "", f"**{verdict_line(c)}**", "", f"**{tally_line(c)}**", ""]
+    out += [f"- {line}" for line in _header(c)] + [""]
     for p, verdicts in by_pass(c.shapes).items():
         lead = _pass_lead(verdicts)
         out += [f"## {PASS_TITLES[p]}", "", f"**{lead[0]}**", ""]
@@ -210,7 +241,7 @@ def markdown(c: Comparison) -> str:
             out += [line, ""]
         regressions = [v for v in ordered(verdicts) if v.status == "regression"]
         if regressions:
-            out += [f"### {p}: regressions", ""] + _md_table(regressions) + [""]
+            out += [f"### {p}: regressions", ""] + _regression_table(regressions) + [""]
         stalls = _stall_lines(verdicts)
         if stalls:
             out += [f"### {p}: stalls", ""]
@@ -218,8 +249,64 @@ def markdown(c: Comparison) -> str:
         invalid = [v for v in ordered(verdicts) if v.status == "invalid"]
         if invalid:
             out += [f"### {p}: invalid (not judged)", ""] + [f"- `{v.key}`: {v.reason}" for v in invalid] + [""]
-        out += [f"### {p}: all shapes", ""] + _md_table(ordered(verdicts)) + [""]
+        others = [v for v in ordered(verdicts) if v.status != "regression"]
+        if others:
+            out += [f"### {p}: all other shapes", "",
+                    f"<details><summary>{len(others)} shapes improved, ok or invalid"
+                    "</summary>", ""] + _md_table(others) + ["", "</details>", ""]
     return "\n".join(out)
+
+
+def _moved(v: ShapeVerdict) -> dict:
+    """What the summary shows of a regressed or improved shape (compare.json holds the rest)."""
+    data = v.to_dict()
+    shown = {name: data[name] for name in ("key", "delta_pct", "threshold_pct", "noise_baseline_pct",
+                                           "noise_candidate_pct", "same_code", "bucket")}
+    return shown | {"stall": bool(v.stall)}
+
+
+def next_steps(c: Comparison, arch: str, toolchain: str, compare_json: str) -> list[dict]:
+    """The commands to run after a regression, per pass that has one, with their arguments filled
+    in from the comparison: reproduce the worst shapes against the baseline's commit on one GPU,
+    bisect between the two commits, tune the regressed buckets from compare.json."""
+    good = c.baseline_provenance.get("commit") or "BASELINE_COMMIT"
+    bad = c.candidate_provenance.get("commit") or "HEAD"
+    steps = []
+    for p, verdicts in by_pass(c.shapes).items():
+        worst = [v for v in ordered(verdicts) if v.status == "regression"]
+        if not worst:
+            continue
+        shapes = " ".join(f"--shape {shlex.quote(v.key)}" for v in worst[:COMMAND_SHAPES])
+        buckets = " ".join(f"--bucket {shlex.quote(b)}" for b in dict.fromkeys(v.bucket for v in worst if v.bucket))
+        target = f"--arch {shlex.quote(arch)} --toolchain {shlex.quote(toolchain)}"
+        steps += [
+            {"pass": p, "what": f"reproduce the worst {p} regressions: the baseline's kernel and this one, "
+                                "taking turns shape by shape on one GPU",
+             "command": f"mha-ci perf measure {target} --subset full --against {shlex.quote(good)} {shapes}"},
+            {"pass": p, "what": "find the first commit that moved them",
+             "command": f"mha-ci perf bisect --good {shlex.quote(good)} --bad {shlex.quote(bad)} {target} "
+                        f"--pass {p} {shapes} --out out/bisect-{arch}-{toolchain}-{p}"},
+            {"pass": p, "what": f"search the regressed {p} buckets' knobs on the regressed shapes "
+                                "(compare.json from the job's artifact)",
+             "command": f"mha-ci tune {target} --pass {TUNE_PASS[p]} --from-report {shlex.quote(compare_json)}"
+                        + (f" {buckets}" if buckets else "")},
+        ]
+    return steps
+
+
+def verdict_details(c: Comparison, arch: str, toolchain: str, compare_json: str) -> dict:
+    """What a perf job stores in results.json for the summary to lead with: the verdict, each
+    pass's tally and its regressed and improved shapes (worst and best first, at most
+    MAX_VERDICT_SHAPES of each, with their count), and the next commands."""
+    passes = {}
+    for p, verdicts in by_pass(c.shapes).items():
+        regressed = [v for v in ordered(verdicts) if v.status == "regression"]
+        improved = sorted((v for v in verdicts if v.status == "improvement"), key=lambda v: (v.delta_pct or 0, v.key))
+        passes[p] = {"tally": counts(verdicts),
+                     "regressions": {"count": len(regressed), "shapes": [_moved(v) for v in regressed[:MAX_VERDICT_SHAPES]]},
+                     "improvements": {"count": len(improved), "shapes": [_moved(v) for v in improved[:MAX_VERDICT_SHAPES]]}}
+    return {"verdict": verdict_line(c), "passes": passes, "report": compare_json.rsplit(".", 1)[0] + ".md",
+            "next_steps": next_steps(c, arch, toolchain, compare_json)}
 
 
 def pyplot():

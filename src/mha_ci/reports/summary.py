@@ -11,14 +11,117 @@ from collections import defaultdict
 VERDICT_MARK = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "skipped": "SKIPPED"}
 EXIT_MEANING = {0: "all gates pass", 1: "a gate failed", 2: "configuration error", 3: "environment problem",
                 4: "internal error", 130: "interrupted (SIGINT)", 143: "interrupted (SIGTERM)"}
+# summary.md is appended to the step summary (1 MiB) and may be posted as a pull-request comment,
+# whose limit (65,536 characters) is the smaller: the perf verdicts get what the rest leaves of it.
+COMMENT_LIMIT = 65_536
+COMMENT_MARGIN = 1_000
+# Moved shapes named in the open per pass and direction; the folded table holds the rest.
+SHOWN_SHAPES = 5
 
 
 def render(results: dict) -> str:
     jobs = results.get("jobs", [])
     unpinned = [j for j in jobs if j.get("details", {}).get("pin_mismatches")]
-    lines = (_preamble(results, unpinned) + _jobs_table(jobs) + _balance_section(jobs) + _versions_section(jobs)
-             + _unpinned_section(unpinned) + _failed_tests_section(jobs) + _left_over_sections(results))
+    rest = (_jobs_table(jobs) + _balance_section(jobs) + _versions_section(jobs)
+            + _unpinned_section(unpinned) + _failed_tests_section(jobs) + _left_over_sections(results))
+    preamble = _preamble(results, unpinned)
+    used = sum(len(line) + 1 for line in preamble + rest)
+    lines = preamble + _perf_verdicts(jobs, COMMENT_LIMIT - COMMENT_MARGIN - used) + rest
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _perf_verdicts(jobs: list[dict], budget: int) -> list[str]:
+    """One section per perf job that gated: verdict, moved shapes, next commands, the full list
+    folded; together within `budget` characters (the folded tables are cut, with a count)."""
+    gated = [j for j in jobs if j.get("kind") == "perf" and isinstance(j.get("details", {}).get("verdict"), dict)]
+    out: list[str] = []
+    for job in gated:
+        out += _perf_verdict(job, max(0, budget // len(gated)))
+    return out
+
+
+def _perf_verdict(job: dict, budget: int) -> list[str]:
+    verdict = job["details"]["verdict"]
+    lines = [f"## Perf verdict: `{job['job_id']}`", "", f"**{_cell(verdict.get('verdict', ''))}**", ""]
+    rows: list[tuple[str, dict]] = []
+    for p, found in verdict.get("passes", {}).items():
+        lines += [f"**{p}: {found.get('tally', '')}**", ""]
+        for name, word in (("regressions", "Regressed"), ("improvements", "Improved")):
+            moved = found.get(name) or {}
+            shapes, count = moved.get("shapes", []), moved.get("count", 0)
+            if not count:
+                continue
+            lines.append(f"{word} ({count}):")
+            lines += [f"- `{s['key']}`: {_moved_text(s)}" for s in shapes[:SHOWN_SHAPES]]
+            if count > SHOWN_SHAPES:
+                lines.append(f"- and {count - SHOWN_SHAPES} more (the table below)")
+            lines.append("")
+            rows += [(p, s) for s in shapes]
+            if count > len(shapes):
+                rows.append((p, {"more": count - len(shapes), "name": name}))
+    steps = verdict.get("next_steps") or []
+    if steps:
+        lines += ["Next:", "", "```sh"]
+        for step in steps:
+            lines += [f"# {step['what']}", step["command"]]
+        lines += ["```", ""]
+    report = verdict.get("report")
+    tail = [f"The full report: `{report}` in the job's artifact.", ""] if report else []
+    if rows:
+        lines += _folded_table(rows, budget - sum(len(line) + 1 for line in lines + tail))
+    return lines + tail
+
+
+def _moved_text(s: dict) -> str:
+    """`+12.3 %` (threshold, noise of both sides, whether the code objects changed)."""
+    return (f"**{_signed(s.get('delta_pct'))} %** (threshold {_num(s.get('threshold_pct'))} %, noise "
+            f"{_num(s.get('noise_baseline_pct'))} % / {_num(s.get('noise_candidate_pct'))} %; {_code(s)}"
+            + ("; stalled" if s.get("stall") else "") + ")")
+
+
+def _code(s: dict) -> str:
+    same = s.get("same_code")
+    if same is None:
+        return "code objects unknown"
+    return "same code objects" if same else "code objects changed"
+
+
+def _folded_table(rows: list[tuple[str, dict]], budget: int) -> list[str]:
+    """Every stored moved shape in a <details> table, rows cut with a count where the budget ends."""
+    total = sum(r.get("more", 1) for _, r in rows)
+    head = [f"<details><summary>All {total} regressed and improved shapes</summary>", "",
+            "| pass | shape | delta % | threshold % | noise % base / cand | code objects | bucket |",
+            "|---|---|---|---|---|---|---|"]
+    foot = ["", "</details>", ""]
+    left = budget - sum(len(line) + 1 for line in head + foot) - 120
+    body: list[str] = []
+    cut = 0
+    for p, r in rows:
+        if "more" in r:
+            cut += r["more"]
+            continue
+        line = (f"| {p} | `{r['key']}` | {_signed(r.get('delta_pct'))} | {_num(r.get('threshold_pct'))} | "
+                f"{_num(r.get('noise_baseline_pct'))} / {_num(r.get('noise_candidate_pct'))} | {_code(r)} | "
+                f"{r.get('bucket') or '-'} |")
+        if cut or len(line) + 1 > left:     # worst first: once one does not fit, neither do the rest
+            cut += 1
+            continue
+        left -= len(line) + 1
+        body.append(line)
+    if not body:
+        return [f"{total} regressed and improved shapes: too many to list here; the full report has them.", ""]
+    if cut:
+        body.append(f"| | {cut} more not listed (the summary stays under GitHub's {COMMENT_LIMIT:,}-character "
+                    "comment limit): the full report has them | | | | | |")
+    return head + body + foot
+
+
+def _signed(value) -> str:
+    return "-" if value is None else f"{value:+.1f}"
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _preamble(results: dict, unpinned: list[dict]) -> list[str]:

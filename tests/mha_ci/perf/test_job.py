@@ -15,6 +15,7 @@ from mha_ci.jobs import perf as perf_kind
 from mha_ci.jobs.context import JobContext, RunOptions
 from mha_ci.perf import measure
 from mha_ci.perf.document import load_perf
+from mha_ci.perf.shapes import pass_of_key
 
 from perf_builders import doc, entry, gate  # noqa: E402
 
@@ -76,6 +77,10 @@ def test_perf_job_passes_fails_and_reports(checkout, tmp_path, monkeypatch):
     slow = FakeExecutor(us=lambda key, tc: 150.0 if key == keys[0] else 100.0)
     result = perf_kind.run_job(job, JobContext(pipeline, slow, tmp_path / "o2", PR))
     assert result.verdict == "fail" and result.exit_code == 1 and result.details["regressions"] == [keys[0]]
+    # the message and the summary's data name the shape and its delta, not only a count
+    assert f"worst: {keys[0]} +50.0 %" in result.message
+    moved = result.details["verdict"]["passes"][pass_of_key(keys[0])]["regressions"]
+    assert [(s["key"], s["delta_pct"]) for s in moved["shapes"]] == [(keys[0], 50.0)]
     # a NaN or non-positive time is a broken measurement: the job fails, naming shape and reason
     broken = FakeExecutor(us=lambda key, tc: {keys[0]: float("nan"), keys[1]: 0.0}.get(key, 100.0))
     result = perf_kind.run_job(job, JobContext(pipeline, broken, tmp_path / "o3", PR))

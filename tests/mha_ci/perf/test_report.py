@@ -29,14 +29,21 @@ def test_markdown_has_tally_columns_regressions_and_stall():
     md = report.markdown(reference_comparison())
     assert "**fwd: 0 improvements, 0 ok, 4 regressions, 0 invalid of 4 shapes**" in md
     header = next(line for line in md.splitlines() if line.startswith("| shape"))
+    for column in report.REGRESSION_COLUMNS[1:]:
+        assert f"| {column} |" in header
+    row = next(line for line in md.splitlines() if "dense_b8_hq48" in line and line.startswith("|"))
+    assert "| **+204.7** | regression (stall) |" in row and "| 338.2 -> 1030.4 |" in row and "small_head" in row
+    assert "1.64 s against a 390 us median" in md
+    assert "all other shapes" not in md                 # every shape regressed: the table above holds them
+    # the wide table, with the dimensions, TP and source, holds the shapes that did not regress
+    ok = report.markdown(compare(doc([entry(KEYS[2], 333.0, tags=("model_shapes",), tp=(8,))]),
+                                 doc([entry(KEYS[2], 333.5, tags=("model_shapes",), tp=(8,))]), gate()))
+    header = next(line for line in ok.splitlines() if line.startswith("| shape"))
     for column in ("M", "N", "K", "d_v", "HQ/HK", "TP", "layout", "bucket", "baseline us", "candidate us",
                    "delta %", "status", "source"):
         assert f"| {column} |" in header
-    row = next(line for line in md.splitlines() if "dense_b8_hq48" in line and line.startswith("|"))
-    assert "| 2048 | 2048 | 64 | 64 | 48/8 |" in row and "+204.7" in row and "small_head" in row and "| test |" in row
-    assert "1.64 s against a 390 us median" in md
-    tp8 = next(line for line in md.splitlines() if "varlen_b1_hq8" in line and line.startswith("|"))
-    assert "| 8 |" in tp8 and "+7.4" in tp8
+    tp8 = next(line for line in ok.splitlines() if "varlen_b1_hq8" in line and line.startswith("|"))
+    assert "| 8192 | 8192 | 192 | 128 | 8/8 | 8 |" in tp8 and "+0.2" in tp8 and "| model_shapes |" in tp8
 
 
 def test_png_is_a_real_plot_and_html_embeds_it(tmp_path):
@@ -86,7 +93,7 @@ def test_a_backward_regression_shows_only_in_the_backward_section_and_tally():
     md = report.markdown(c)
     fwd, bwd = sections(md, "## Forward (fwd)", "## Backward (bwd)")
     assert "regression" not in fwd.replace("0 regressions", "") and BWD[0] not in fwd
-    assert "### bwd: regressions" in bwd and f"`{BWD[0]}`" in bwd.split("### bwd: all shapes")[0]
+    assert "### bwd: regressions" in bwd and f"`{BWD[0]}`" in bwd.split("### bwd: all other shapes")[0]
     txt = report.text(c)
     fwd, bwd = sections(txt, "Forward (fwd)", "Backward (bwd)")
     assert not re.search(r"^regression", fwd, re.M)
@@ -104,9 +111,13 @@ def test_a_backward_regression_shows_only_in_the_backward_section_and_tally():
 def test_identical_code_objects_are_marked_as_an_aa_sample_in_every_form():
     c = two_pass_comparison()
     md = report.markdown(c)
-    rows = {line.split("`")[1]: line for line in md.splitlines() if line.startswith("| `")}
-    assert [rows[k].split(" | ")[report.COLUMNS.index("same code")] for k in KEYS[0:1] + KEYS[3:] + BWD] == \
-        ["yes", "yes", "no", "yes"]
+    same_code, columns = {}, []
+    for line in md.splitlines():
+        if line.startswith("| shape"):
+            columns = [c.strip() for c in line.strip("|").split("|")]
+        elif line.startswith("| `"):
+            same_code[line.split("`")[1]] = line.strip("|").split("|")[columns.index("same code")].strip()
+    assert [same_code[k] for k in KEYS[0:1] + KEYS[3:] + BWD] == ["yes", "yes", "no", "yes"]
     # |delta| of the forward pair: 0.4 % and 0.6 %; of the unchanged backward shape 0.3 %
     fwd_line = ("2 of 2 shapes ran identical code objects on both sides: their deltas are an A/A sample "
                 "(median |delta| 0.50 %, max 0.60 %; 0 beyond threshold)")
