@@ -110,6 +110,11 @@ def check_perf(doc: object) -> str | None:
     for part in ("provenance", "method"):
         if not isinstance(doc.get(part), dict):
             return f"missing object '{part}'"
+    # Read as {package: release} wherever two documents are compared (mha_ci.perf.comparable).
+    versions = doc["provenance"].get("versions")
+    if versions is not None and not (isinstance(versions, dict)
+                                     and all(v is None or isinstance(v, str) for v in versions.values())):
+        return f"provenance.versions is {_brief(versions)}, expected an object of version strings"
     results = doc.get("results")
     if not isinstance(results, list):
         return "missing list 'results'"
@@ -124,6 +129,11 @@ def check_perf(doc: object) -> str | None:
         if problem:
             return f"results[{i}] ({entry['key']}): {problem}"
     return _selection_problem(doc.get("selection"), len(results))
+
+
+def _brief(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _entry_problem(entry: dict) -> str | None:
