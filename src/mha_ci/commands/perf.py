@@ -288,10 +288,12 @@ def cmd_calibrate(args) -> int:
     text = calibrate.markdown(result)
     print(json.dumps(result, indent=1) if args.format == "json" else text, end="" if args.format == "md" else "\n")
     if args.out:
-        write_json(Path(args.out) / "calibrate.json", result)
-        (Path(args.out) / "calibrate.md").write_text(text)
-        if "verdict" in result:
-            (Path(args.out) / "calibrate.png").write_bytes(calibrate.plot_png(result))
+        def write(staging: Path) -> None:
+            write_json(staging / "calibrate.json", result)
+            (staging / "calibrate.md").write_text(text)
+            if "verdict" in result:
+                (staging / "calibrate.png").write_bytes(calibrate.plot_png(result))
+        publish(args.out, ("calibrate.json", "calibrate.md", "calibrate.png"), write)
     if "refused" in result and len(result) == 1:
         return ExitCode.GATE_FAILED
     # A bar of pipelines/perf.yaml (calibration) missed: the gate is not calibrated here.

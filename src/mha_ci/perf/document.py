@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TypeGuard
 
 from mha_ci.errors import ConfigError
-from mha_ci.files import read_capped
+from mha_ci.files import read_capped, write_atomic
 from mha_ci.perf.buckets import bucket_of
 from mha_ci.perf.shapes import parse_key
 from mha_ci.perf.stats import Method, shape_stats
@@ -197,7 +197,8 @@ def _is_count(value: object) -> TypeGuard[int]:
 def write_json(path: Path, doc: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    # Whole or not at all: a document cut short (full disk) must not be read as a measurement.
+    write_atomic(path, json.dumps(doc, indent=1, sort_keys=False) + "\n")
     return path
 
 
