@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from mha_ci.commands import bisect, checksums, containers, export, perf, plan, run, tune, validate
-from mha_ci.crash import on_sigterm, report_crash
+from mha_ci.crash import on_signals, report_crash
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError, interruption
 from mha_ci.files import storage_failure
 
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    with on_sigterm():
+    with on_signals(process_exits=argv is None):     # argv None: the process's own command line
         try:
             args.root = (args.root.resolve() if args.root else find_root())
             if getattr(args, "out", None) is not None:
