@@ -42,7 +42,8 @@ def _write_somewhere(text: str, out_dir: Path | None) -> Path | None:
     if out_dir is not None:
         with contextlib.suppress(OSError):
             path = Path(out_dir) / CRASH_FILE
-            if Path(out_dir).is_dir():
+            # not into a FIFO (the write would wait for a reader) or anything else but a file
+            if Path(out_dir).is_dir() and (path.is_file() or not path.exists()) and not path.is_symlink():
                 path.write_text(text)
                 return path
     with contextlib.suppress(OSError):

@@ -62,6 +62,9 @@ def write_atomic(path: Path, text: str) -> None:
     OSError (no space left, read-only, quota) is EnvironmentProblem (exit 3); `path` keeps its
     previous content and no temporary file stays behind."""
     path = Path(path)
+    # The rename would replace a FIFO or a device silently, and fail on a folder: each is a
+    # usage error naming the path.
+    refuse_special_outputs(path.parent, (path.name,), option="output")
     try:
         handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
