@@ -21,3 +21,11 @@ def test_known_assumed_devices_are_taken(value):
     from mha_ci.executors.devices import available_devices
 
     assert "none" in available_devices(value)
+
+
+def test_perf_history_of_an_unknown_arch_names_the_known_ones(repo_root, tmp_path, capsys):
+    code = main(["--root", str(repo_root), "perf", "history", "--arch", "sm91", "--toolchain", "triton-3.4",
+                 "--out", str(tmp_path / "out")])
+    assert code == ExitCode.CONFIG_ERROR
+    err = capsys.readouterr().err
+    assert "archs with baselines: sm90 " in err and "did you mean 'sm90'" in err
