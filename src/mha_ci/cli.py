@@ -15,9 +15,9 @@ from typing import NoReturn
 
 from mha_ci import __version__
 from mha_ci.commands import bisect, checksums, containers, export, perf, plan, run, tune, validate
-from mha_ci.crash import on_sigterm, report_crash
+from mha_ci.crash import on_signals, report_crash
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError, interruption
-from mha_ci.files import storage_failure
+from mha_ci.files import refuse_special_outputs, storage_failure
 
 COMMANDS = (validate, plan, run, perf, checksums, tune, export, containers)
 # Subcommands with a module of their own, registered under their command's table here: commands
@@ -41,6 +41,8 @@ def check_out(out: Path, *, is_file: bool = False) -> None:
     folder = out.parent if is_file else out
     if is_file and out.is_dir():
         raise ConfigError(f"--out {out} is a folder; this command writes one file there", key="--out")
+    if is_file:
+        refuse_special_outputs(out.parent, (out.name,))
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"--out {folder} is a file, not a folder", key="--out")
     try:
@@ -73,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    with on_sigterm():
+    with on_signals(process_exits=argv is None):     # argv None: the process's own command line
         try:
             args.root = (args.root.resolve() if args.root else find_root())
             if getattr(args, "out", None) is not None:

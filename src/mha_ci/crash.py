@@ -6,7 +6,8 @@ line naming it and the file its traceback went to (exit 4, errors.ExitCode.INTER
 
 SIGTERM is how CI runners cancel a job. Python's default for it kills the process on the spot,
 leaving payloads (in their own process groups) running and results.json saying "running"; turned
-into errors.Terminated it unwinds like Ctrl-C instead.
+into errors.Terminated it unwinds like Ctrl-C instead. Only the first signal does: a second one
+must not interrupt that unwinding (on_signals).
 """
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def _write_somewhere(text: str, out_dir: Path | None) -> Path | None:
     if out_dir is not None:
         with contextlib.suppress(OSError):
             path = Path(out_dir) / CRASH_FILE
-            if Path(out_dir).is_dir():
+            # not into a FIFO (the write would wait for a reader) or anything else but a file
+            if Path(out_dir).is_dir() and (path.is_file() or not path.exists()) and not path.is_symlink():
                 path.write_text(text)
                 return path
     with contextlib.suppress(OSError):
@@ -52,18 +54,34 @@ def _write_somewhere(text: str, out_dir: Path | None) -> Path | None:
     return None
 
 
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated()
-
-
 @contextlib.contextmanager
-def on_sigterm() -> Iterator[None]:
-    """While inside, SIGTERM raises errors.Terminated in the main thread."""
+def on_signals(process_exits: bool = True) -> Iterator[None]:
+    """While inside, SIGTERM raises errors.Terminated and SIGINT KeyboardInterrupt in the main
+    thread, for the first of them only. Signals come in pairs (a nested `timeout`, a kill of the
+    process group, a second Ctrl-C): a later one raising again would cut the cleanup of the first
+    short (the payload group left alive, a traceback, exit 1). So once one fired, later ones are
+    ignored, up to the process's exit when `process_exits` (the command line: restoring the default
+    handlers would let a late signal turn the exit status into a kill or a traceback); a caller
+    that goes on (main called from Python) gets its handlers back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    fired: list[int] = []
+
+    def handler(signum, frame) -> None:
+        if fired:
+            return
+        fired.append(signum)
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGTERM, handler)
+    # A SIGINT the parent ignores (a job started in the background) stays ignored.
+    if previous[signal.SIGINT] is signal.default_int_handler:
+        signal.signal(signal.SIGINT, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if not (fired and process_exits):
+            for signum, action in previous.items():
+                signal.signal(signum, action)

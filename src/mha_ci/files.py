@@ -15,10 +15,11 @@ import contextlib
 import errno
 import fcntl
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import Iterator, TypeGuard
+from typing import Callable, Iterator, TypeGuard
 
 from mha_ci.errors import ConfigError, EnvironmentProblem
 
@@ -61,6 +62,9 @@ def write_atomic(path: Path, text: str) -> None:
     OSError (no space left, read-only, quota) is EnvironmentProblem (exit 3); `path` keeps its
     previous content and no temporary file stays behind."""
     path = Path(path)
+    # The rename would replace a FIFO or a device silently, and fail on a folder: each is a
+    # usage error naming the path.
+    refuse_special_outputs(path.parent, (path.name,), option="output")
     try:
         handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
@@ -96,3 +100,70 @@ def exclusive_folder(folder: Path, option: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "a FIFO" if stat.S_ISFIFO(mode) else "a device or special file"
+
+
+def refuse_special_outputs(folder: Path, files: tuple[str, ...], folders: tuple[str, ...] = (),
+                           option: str = "--out") -> None:
+    """A ConfigError (exit 2) naming the first of `folder`'s output paths that exists as something
+    the output cannot replace: a folder where a file goes, a file where a folder goes, a FIFO (writing
+    into one waits for a reader forever) or a device. A symbolic link is replaced, never followed."""
+    for name, want_folder in [(n, False) for n in files] + [(n, True) for n in folders]:
+        path = Path(folder) / name
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise ConfigError(f"{option}: cannot inspect {name}: {exc.strerror or exc}", file=str(path),
+                              key=option) from None
+        fits = stat.S_ISDIR(mode) if want_folder else (stat.S_ISREG(mode) or stat.S_ISLNK(mode))
+        if not fits:
+            what = "a folder" if want_folder else "a regular file"
+            found = "a file" if stat.S_ISREG(mode) else _kind(mode)
+            raise ConfigError(f"{option}: {name} is {found}, where this command writes {what}; remove it or "
+                              f"pass another {option}", file=str(path), key=option)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def publish(folder: Path, files: tuple[str, ...], write: Callable[[Path], object],
+            folders: tuple[str, ...] = (), option: str = "--out") -> None:
+    """Write a set of outputs that are read together (a report as json, md, txt, html) so that
+    `folder` never holds a mix of two runs: `write(staging)` writes them into a fresh folder beside
+    them; the earlier run's outputs are removed first, and the new ones are renamed in only once all
+    were written. A storage failure (full disk, quota) is an EnvironmentProblem (exit 3) that leaves
+    none of the outputs behind, rather than a complete-looking stale one."""
+    folder = Path(folder)
+    refuse_special_outputs(folder, files, folders, option)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in (*files, *folders):
+            _remove(folder / name)
+        staging = Path(tempfile.mkdtemp(dir=folder, prefix=".staging."))
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot write into {folder}: {exc.strerror or exc}") from None
+    try:
+        write(staging)
+        for name in (*files, *folders):
+            if (staging / name).exists():
+                os.replace(staging / name, folder / name)
+    except OSError as exc:
+        if not storage_failure(exc):
+            raise
+        where = Path(exc.filename).name if exc.filename else "a report file"
+        raise EnvironmentProblem(f"cannot write {where} into {folder}: {exc.strerror or exc}; no report of this "
+                                 "run is left there (and none of an earlier one): no verdict") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -78,7 +78,49 @@ def open_state(out: Path, arguments: dict) -> State:
                           "arguments to resume it, or pass another --out", file=str(path), key=differ[0])
     data.setdefault("trees", {})
     data.setdefault("steps", {})
+    problem = _problem(data)
+    if problem:
+        key, why = problem
+        raise ConfigError(f"{key} {why}: the bisect state was edited or damaged; pass another --out",
+                          file=str(path), key=key)
     return State(path, data)
+
+
+def _problem(data: dict) -> tuple[str, str] | None:
+    """(key, what is wrong) of a stored state that the stages could not read, or None. The file is
+    read back after an interruption, possibly from another machine: it is an input like any other."""
+    trees = data["trees"]
+    if not isinstance(trees, dict) or not all(isinstance(t, dict) for t in trees.values()):
+        return "trees", "is not an object of objects"
+    cpu = data.get("cpu")
+    known: set[str] | None = None
+    if cpu is not None:
+        if not isinstance(cpu, dict):
+            return "cpu", "is neither null nor an object"
+        commits = cpu.get("commits")
+        if not isinstance(commits, list) or not commits or not all(
+                isinstance(c, dict) and all(isinstance(c.get(k), str) for k in ("sha", "subject", "tree"))
+                for c in commits):
+            return "cpu.commits", "is not a list of commits ({sha, subject, tree})"
+        order = [c["sha"] for c in commits]
+        builds = cpu.get("builds")
+        if not isinstance(builds, list) or not all(isinstance(b, list) and b for b in builds):
+            return "cpu.builds", "is not a list of lists of commits"
+        # The builds split the commits into runs, in history order: anything else is not a plan.
+        if [sha for build in builds for sha in build] != order:
+            return "cpu.builds", "does not split cpu.commits into runs in order (unknown or missing shas)"
+        known = set(order)
+    steps = data["steps"]
+    if not isinstance(steps, dict):
+        return "steps", "is not an object (commit -> step)"
+    for sha, step in steps.items():
+        if not (isinstance(step, dict) and step.get("commit") == sha and isinstance(step.get("regressed"), bool)
+                and isinstance(step.get("shapes") or {}, dict)
+                and isinstance(step.get("seconds") or 0, (int, float))):
+            return "steps", f"holds a malformed step for {sha[:12]!r}"
+        if known is not None and sha not in known:
+            return "steps", f"holds a step for {sha[:12]!r}, which is not among cpu.commits"
+    return None
 
 
 def _brief(value) -> str:

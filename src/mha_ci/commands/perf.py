@@ -35,6 +35,7 @@ from mha_ci.commands.options import (add_executor_option, add_pins_option, check
                                      local_devices)
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
 from mha_ci.executors import make_executor
+from mha_ci.files import publish, refuse_special_outputs
 from mha_ci.model.loader import load_pipeline
 from mha_ci.perf import calibrate, history_report, report
 from mha_ci.perf.base_checkout import materialise, resolve
@@ -50,6 +51,10 @@ from mha_ci.perf.workloads import shapes_document
 from mha_ci.refresh.branch import uncommitted, untracked
 from mha_ci.refresh.core import refresh
 from mha_ci.refresh.measured_code import SOURCE_PATHS, code_mismatch
+
+# What perf.report and perf.history_report write: one report each, replaced as a whole.
+COMPARE_FILES = ("compare.json", "compare.md", "compare.txt", "compare.png", "compare.html")
+HISTORY_FILES = ("history.json", "history.md", "overview.png", "index.html")
 
 
 def register(sub):
@@ -217,9 +222,9 @@ def cmd_measure(args) -> int:
 
 def _report(comparison, folder: Path) -> int:
     """An interleaved measurement's verdict: the reports in `folder`, the text on stdout."""
-    paths = report.write_all(comparison, folder)
+    _write_compare(comparison, folder)
     print(report.text(comparison), end="")
-    print(f"mha-ci perf: reports in {paths['html'].parent}", file=sys.stderr)
+    print(f"mha-ci perf: reports in {folder}", file=sys.stderr)
     return ExitCode.GATE_FAILED if comparison.gate_failed else ExitCode.OK
 
 
@@ -246,6 +251,8 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
 
 
 def cmd_compare(args) -> int:
+    if args.out:
+        refuse_special_outputs(args.out, COMPARE_FILES)
     comparison = compare(load_perf(args.baseline), load_perf(args.candidate),
                          gate_policy(load_pipeline(args.root).perf), cross_toolchain=args.cross_toolchain)
     if args.format == "json":
@@ -255,11 +262,15 @@ def cmd_compare(args) -> int:
     else:
         print(report.text(comparison), end="")
     if args.out:
-        paths = report.write_all(comparison, args.out)
-        print(f"mha-ci perf: reports in {paths['html'].parent}", file=sys.stderr)
+        _write_compare(comparison, args.out)
+        print(f"mha-ci perf: reports in {args.out}", file=sys.stderr)
     if comparison.refused:
         print(f"mha-ci perf: refused: {comparison.refused}", file=sys.stderr)
     return ExitCode.GATE_FAILED if comparison.gate_failed else ExitCode.OK
+
+
+def _write_compare(comparison, folder: Path) -> None:
+    publish(folder, COMPARE_FILES, lambda staging: report.write_all(comparison, staging))
 
 
 def cmd_calibrate(args) -> int:
@@ -283,10 +294,12 @@ def cmd_calibrate(args) -> int:
     text = calibrate.markdown(result)
     print(json.dumps(result, indent=1) if args.format == "json" else text, end="" if args.format == "md" else "\n")
     if args.out:
-        write_json(Path(args.out) / "calibrate.json", result)
-        (Path(args.out) / "calibrate.md").write_text(text)
-        if "verdict" in result:
-            (Path(args.out) / "calibrate.png").write_bytes(calibrate.plot_png(result))
+        def write(staging: Path) -> None:
+            write_json(staging / "calibrate.json", result)
+            (staging / "calibrate.md").write_text(text)
+            if "verdict" in result:
+                (staging / "calibrate.png").write_bytes(calibrate.plot_png(result))
+        publish(args.out, ("calibrate.json", "calibrate.md", "calibrate.png"), write)
     if "refused" in result and len(result) == 1:
         return ExitCode.GATE_FAILED
     # A bar of pipelines/perf.yaml (calibration) missed: the gate is not calibrated here.
@@ -341,8 +354,10 @@ def cmd_refresh(args) -> int:
 
 
 def cmd_history(args) -> int:
+    refuse_special_outputs(args.out, HISTORY_FILES, ("shapes",))
     h = history(args.root, args.arch, args.toolchain, args.shape, args.pass_, args.rev)
-    paths = history_report.write_all(h, args.out)
+    publish(args.out, HISTORY_FILES, lambda staging: history_report.write_all(h, staging), ("shapes",))
+    paths = {"html": Path(args.out) / "index.html"}
     print(history_report.markdown(h), end="")
     print(f"mha-ci perf history: {len(h.series)} shapes over {len(h.versions)} versions"
           + (f" ({len(h.skipped)} skipped: not perf documents)" if h.skipped else "")

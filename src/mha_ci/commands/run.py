@@ -28,7 +28,7 @@ from mha_ci.commands.options import (EXECUTORS, add_changed_options, add_pins_op
                                      event_from_args, local_devices, run_options)
 from mha_ci.errors import ConfigError
 from mha_ci.executors import make_executor
-from mha_ci.files import exclusive_folder
+from mha_ci.files import exclusive_folder, refuse_special_outputs
 from mha_ci.jobs.context import JobContext
 from mha_ci.jobs.runner import NotRun, run_jobs
 from mha_ci.model.loader import load_pipeline
@@ -38,6 +38,7 @@ from mha_ci.model.yaml_source import closest
 from mha_ci.plan.events import label_warnings
 from mha_ci.plan.matrix import runnable_jobs
 from mha_ci.plan.policy import plan
+REPORT_FILES = ("results.json", "summary.md")         # jobs.runner.write_reports
 DEVICE_WORDS = {"amd-gpu": "AMD GPU (/dev/kfd)", "nvidia-gpu": "NVIDIA GPU (/dev/nvidia0 or nvidia-smi)"}
 
 
@@ -65,6 +66,8 @@ def register(sub) -> None:
 
 def handle(args) -> int:
     check_pins_option(args)
+    # Refused before any work: a FIFO there would hang the first write of the reports.
+    refuse_special_outputs((args.out if args.out is not None else args.root / "out"), REPORT_FILES)
     options = run_options(args)
     pipeline = load_pipeline(args.root)
     event, note = event_from_args(args)

@@ -11,16 +11,31 @@ CI runners are chosen by their labels (archs.yaml runner_labels), so this matter
 """
 from __future__ import annotations
 
+import difflib
 import shutil
 import subprocess
 from pathlib import Path
 
+from mha_ci.errors import ConfigError
+
 ASSUME_ENV = "MHA_CI_ASSUME_DEVICES"
+
+
+# archs.yaml's `device` words (mha_ci.model.schema); anything else in the assumed list would be
+# a device no job needs, silently ignored.
+KINDS = ("amd-gpu", "nvidia-gpu", "none")
 
 
 def available_devices(assumed: str | None = None) -> frozenset[str]:
     if assumed is not None:
-        return frozenset({"none"} | {d.strip() for d in assumed.split(",") if d.strip()})
+        given = {d.strip() for d in assumed.split(",") if d.strip()}
+        unknown = sorted(given - set(KINDS))
+        if unknown:
+            near = difflib.get_close_matches(unknown[0], KINDS, n=1)
+            raise ConfigError(f"${ASSUME_ENV}: unknown device kind(s) {', '.join(map(repr, unknown))}; the kinds are "
+                              f"{', '.join(KINDS)} (a comma list)", key=ASSUME_ENV,
+                              suggestion=near[0] if near else None)
+        return frozenset({"none"} | given)
     found = {"none"}
     if Path("/dev/kfd").exists():
         found.add("amd-gpu")

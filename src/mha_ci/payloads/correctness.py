@@ -24,7 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-from mha_ci.payloads import EXIT_GATE_FAILED, EXIT_NO_RESULT, EXIT_OK, out_path, pincheck
+from mha_ci.errors import EnvironmentProblem
+from mha_ci.files import write_atomic
+from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_NO_RESULT, EXIT_OK, out_path, pincheck
 
 REPORT_SCHEMA = "mha-ci.correctness-shard/1"
 COLLECT_SCHEMA = "mha-ci.collected-tests/1"
@@ -107,8 +109,10 @@ def run(args: argparse.Namespace) -> int:
     tests = [line.strip() for line in out_path(args.tests).read_text().splitlines() if line.strip()]
     junit = out_path(args.junit)
     junit.parent.mkdir(parents=True, exist_ok=True)
-    if junit.exists():
-        junit.unlink()          # a stale file from an earlier run must not pass for this run's result
+    # Stale files of an earlier run must not pass for this run's result.
+    for stale in (junit, out_path(args.report)):
+        if stale.exists():
+            stale.unlink()
     report = {"schema": REPORT_SCHEMA, "tests": len(tests), "versions": versions, "workers": args.workers,
               "pins_checked": pins["pins_checked"], "pin_mismatches": pins["pin_mismatches"]}
     if not tests:
@@ -158,8 +162,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_json(path: Path, data: dict) -> None:
+    # Whole or not at all: a report cut short by a full disk would be read as this shard's result.
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--visible-devices-env", help="CUDA_VISIBLE_DEVICES | HIP_VISIBLE_DEVICES")
     r.set_defaults(fn=run)
     args = parser.parse_args(argv)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except EnvironmentProblem as exc:      # a storage failure under a write (files.write_atomic)
+        print(f"mha-ci: environment error: {exc}; no result", file=sys.stderr, flush=True)
+        return EXIT_ENVIRONMENT
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TypeGuard
 
 from mha_ci.errors import ConfigError
-from mha_ci.files import read_capped
+from mha_ci.files import read_capped, write_atomic
 from mha_ci.perf.buckets import bucket_of
 from mha_ci.perf.shapes import parse_key
 from mha_ci.perf.stats import Method, shape_stats
@@ -110,6 +110,11 @@ def check_perf(doc: object) -> str | None:
     for part in ("provenance", "method"):
         if not isinstance(doc.get(part), dict):
             return f"missing object '{part}'"
+    # Read as {package: release} wherever two documents are compared (mha_ci.perf.comparable).
+    versions = doc["provenance"].get("versions")
+    if versions is not None and not (isinstance(versions, dict)
+                                     and all(v is None or isinstance(v, str) for v in versions.values())):
+        return f"provenance.versions is {_brief(versions)}, expected an object of version strings"
     results = doc.get("results")
     if not isinstance(results, list):
         return "missing list 'results'"
@@ -124,6 +129,11 @@ def check_perf(doc: object) -> str | None:
         if problem:
             return f"results[{i}] ({entry['key']}): {problem}"
     return _selection_problem(doc.get("selection"), len(results))
+
+
+def _brief(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _entry_problem(entry: dict) -> str | None:
@@ -187,7 +197,8 @@ def _is_count(value: object) -> TypeGuard[int]:
 def write_json(path: Path, doc: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    # Whole or not at all: a document cut short (full disk) must not be read as a measurement.
+    write_atomic(path, json.dumps(doc, indent=1, sort_keys=False) + "\n")
     return path
 
 

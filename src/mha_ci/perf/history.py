@@ -16,6 +16,7 @@ one bad commit in a long history must not hide the rest. Nothing here needs a GP
 """
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import subprocess
 import sys
@@ -186,7 +187,8 @@ def read_versions(root: Path, arch: str, toolchain: str, rev: str = "HEAD") -> t
     path = baseline_path(arch, toolchain)
     commits = _commits(root, rev, path)
     if not commits:
-        raise ConfigError(f"no committed version of {path} in the history of {rev}", file=path)
+        raise ConfigError(f"no committed version of {path} in the history of {rev}" + _known(root, rev, arch),
+                          file=path)
     versions, skipped = [], []
     for sha, date, subject in commits:
         doc, why = _document(root, sha, path)
@@ -199,6 +201,17 @@ def read_versions(root: Path, arch: str, toolchain: str, rev: str = "HEAD") -> t
                                 measured_date=prov.get("date"), triton=(prov.get("versions") or {}).get("triton"),
                                 doc=doc))
     return versions, skipped
+
+
+def _known(root: Path, rev: str, arch: str) -> str:
+    """The archs with stored baselines at `rev` and the one closest to `arch`, for the message."""
+    done = _git(root, "ls-tree", "--name-only", f"{rev}:perf_baselines")
+    archs = sorted(n for n in done.stdout.decode(errors="replace").split() if n not in ("code_objects", "test_durations") and "." not in n) \
+        if done.returncode == 0 else []
+    if not archs or arch in archs:
+        return ""
+    near = difflib.get_close_matches(arch, archs, n=1)
+    return f"; archs with baselines: {', '.join(archs)}" + (f" (did you mean '{near[0]}'?)" if near else "")
 
 
 def _point(index: int, entry: dict) -> Point:
