@@ -155,17 +155,61 @@ def _duration(us) -> str:
     return f"{us / 1e6:.2f} s" if us >= 1e5 else f"{us:.0f} us"
 
 
-def _side(p: dict) -> str:
+def commit_label(p: dict) -> str:
+    """The measured commit, and the hash of the uncommitted change on top of it when there was
+    one: "3407f29abd03+dirty:ab12cd34". Two working trees of one commit then read apart."""
+    label = (p.get("commit") or "?")[:12]
+    return label + (f"+dirty:{p['dirty'][:8]}" if p.get("dirty") else "")
+
+
+def _pin_count(p: dict) -> int:
+    return sum(1 for name in (p.get("versions") or {}) if name != "python")
+
+
+def _side(p: dict, side: str) -> str:
+    """One line per side: the toolchain's two versions that decide the code, how many pins were
+    recorded and where compare.json holds them all (the full list is too long for a header)."""
     versions = p.get("versions") or {}
     return (f"{p.get('gpu') or p.get('arch')} ({p.get('arch')}), toolchain {p.get('toolchain')} "
-            f"(torch {versions.get('torch')}, triton {versions.get('triton')}), kernel {p.get('kernel')}, "
-            f"commit {(p.get('commit') or '?')[:12]}, {p.get('date')}"
+            f"(torch {versions.get('torch')}, triton {versions.get('triton')}; {_pin_count(p)} pins in "
+            f"compare.json {side}.versions), kernel {p.get('kernel')}, "
+            f"commit {commit_label(p)}, {p.get('date')}"
             + (f", PLANTED +{p['planted_slowdown_pct']} %" if p.get("planted_slowdown_pct") else ""))
+
+
+def _pin_name(mismatch: str) -> str:
+    """'pkg' of pincheck's "toolchain t pins pkg==1 but ..."; the whole text when it is not one."""
+    words = mismatch.split()
+    return words[3].split("==")[0] if len(words) > 3 and words[2] == "pins" else mismatch
+
+
+def _unpinned_line(p: dict, side: str) -> str:
+    """An unpinned side in one line: how many pins differ, the first names, where the list is."""
+    mismatches = list(p.get("pin_mismatches") or [])
+    if not mismatches:
+        return f"UNPINNED {side}: pins not checked"
+    # the pins that decide the code and the inputs first, as comparable.unpinned_summary orders them
+    first = ("torch", "triton", "numpy")
+    names = sorted((_pin_name(m) for m in mismatches), key=lambda n: first.index(n) if n in first else len(first))
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (f"UNPINNED {side}: {len(mismatches)} of {_pin_count(p)} pins differ ({shown}); "
+            f"full list: compare.json {side}.pin_mismatches")
+
+
+def _notes(c: Comparison) -> list[str]:
+    """The comparison's notes, an unpinned side's shortened to one line with a count."""
+    sides = {"baseline": c.baseline_provenance, "candidate": c.candidate_provenance}
+    out = []
+    for note in c.notes:
+        side = next((s for s in sides if note.startswith(f"UNPINNED {s}:")), None)
+        out.append(_unpinned_line(sides[side], side) if side and "pin_mismatches" in sides[side] else note)
+    return out
 
 
 def _header(c: Comparison) -> list[str]:
     g = c.policy
-    lines = [f"Baseline: {_side(c.baseline_provenance)}", f"Candidate: {_side(c.candidate_provenance)}",
+    lines = [f"Baseline: {_side(c.baseline_provenance, 'baseline')}",
+             f"Candidate: {_side(c.candidate_provenance, 'candidate')}",
              f"Gate: regression when delta > max({g.floor_pct:g} %, {g.k:g} x combined noise); "
              f"invalid when either side's noise > {g.invalid_noise_pct:g} %; "
              f"stall: a dispatch > {g.stall_factor:g} x median."]
@@ -175,7 +219,7 @@ def _header(c: Comparison) -> list[str]:
         lines.append(f"{c.not_measured} baseline shapes are outside the candidate's subset and were not compared.")
     if c.refused:
         lines.append(f"REFUSED: {c.refused}")
-    lines += [f"NOTE: {note}" for note in c.notes]
+    lines += [f"NOTE: {note}" for note in _notes(c)]
     lines += [f"GATE FAILS: {why}" for why in c.failures if not why.startswith("refused: ")]
     return lines
 
