@@ -35,6 +35,12 @@ def test_a_clean_tree_has_no_dirty_hash_and_every_change_moves_it(tmp_path):
     (root / "new.py").write_text("a = 2\n")
     assert first and provenance.git_dirty(root) not in (None, first)
     assert provenance.git_dirty(tmp_path / "nowhere") is None
+    # a folder inside the tree is not the tree: a base checkout written there is clean
+    (root / "kernel.py").write_text("BLOCK = 32\n")
+    (root / "base").mkdir()
+    (root / "base" / "kernel.py").write_text("BLOCK = 64\n")
+    assert provenance.git_dirty(root)
+    assert provenance.git_dirty(root / "base") is None
 
 
 def test_the_report_marks_a_dirty_side():
@@ -64,3 +70,19 @@ def test_pins_are_one_line_with_a_count_and_a_pointer():
         assert len(unpinned) == 1 and "5 of 24 pins differ" in unpinned[0]
         assert "compare.json baseline.pin_mismatches" in unpinned[0] and "pins pkg1==" not in unpinned[0]
     assert c.to_dict()["baseline"]["pin_mismatches"] == mismatches
+
+
+def test_a_measurement_records_the_change_of_the_tree_it_ran_from(tmp_path):
+    root = repo(tmp_path)
+    (root / "kernel.py").write_text("BLOCK = 128\n")
+
+    def measured(commit):
+        return provenance.collect(None, "cpu", toolchain="t", pins={"versions": {}, "pins_checked": True},
+                                  arch=None, executor=None, image_digest=None, commit=commit, root=root,
+                                  kernel="mha", planted_pct=0.0, smi_start=None, smi_end=None)
+
+    assert measured(None)["dirty"] == provenance.git_dirty(root) is not None
+    head = provenance.git_commit(root)
+    assert measured(head)["dirty"] == provenance.git_dirty(root)
+    # a commit handed in that is not this tree's HEAD: this tree's change is not its change
+    assert measured("0" * 40)["dirty"] is None
