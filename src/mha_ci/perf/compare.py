@@ -197,8 +197,9 @@ class Comparison:
 
 
 def _provenance_brief(p: dict) -> dict:
-    return {k: p.get(k) for k in ("gpu", "arch", "toolchain", "versions", "kernel", "commit", "date",
-                                  "executor", "image_digest", "planted_slowdown_pct")}
+    return {k: p.get(k) for k in ("gpu", "arch", "toolchain", "versions", "kernel", "commit", "dirty", "date",
+                                  "executor", "image_digest", "planted_slowdown_pct", "pins_checked",
+                                  "pin_mismatches")}
 
 
 def compare(baseline: dict, candidate: dict, policy: GatePolicy, cross_toolchain: bool = False) -> Comparison:

@@ -4,7 +4,7 @@ Layout (docs/architecture.md, Stored formats, fixed; fields beyond these are add
 {
   "schema": "mha-ci.perf/1",
   "provenance": {"gpu", "arch", "driver", "toolchain", "versions": {...}, "executor",
-                 "image_digest", "commit", "date", "sm_clock_mhz": {"start", "end"}, ...},
+                 "image_digest", "commit", "dirty" (sha256 of the uncommitted change, null: clean), "date", "sm_clock_mhz": {"start", "end"}, ...},
   "method": {"warmup", "dispatches", "reps", "trim": [low, high], ...},
   "selection": {"subset": "pr" | "full" | "custom", "count": N},
   "results": [{"key", "shape", "bucket", "tags", "origins",

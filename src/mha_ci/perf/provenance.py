@@ -6,6 +6,7 @@ Every field that cannot be found is recorded as None rather than guessed.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import platform
 import shutil
@@ -58,6 +59,42 @@ def git_commit(root: Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def _git_bytes(root: Path, *args: str) -> bytes | None:
+    try:
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def git_dirty(root: Path) -> str | None:
+    """sha256 of the tree's uncommitted change: `git diff HEAD` (binary, so any byte counts) and
+    each untracked, not ignored file's path and contents. Two runs of one commit with different
+    edits on top then carry different hashes. None when the tree is clean or `root` is not the
+    top of a git work tree."""
+    # A folder without its own .git (a base checkout written under the repo) would otherwise
+    # report the enclosing repo's change as its own.
+    top = _git_bytes(root, "rev-parse", "--show-toplevel")
+    if top is None or Path(top.decode().strip()).resolve() != Path(root).resolve():
+        return None
+    diff = _git_bytes(root, "diff", "HEAD", "--binary", "--no-ext-diff", "--no-color")
+    listed = _git_bytes(root, "ls-files", "--others", "--exclude-standard", "-z")
+    if diff is None or listed is None:
+        return None
+    untracked = sorted(name for name in listed.split(b"\0") if name)
+    if not diff and not untracked:
+        return None
+    digest = hashlib.sha256(diff)
+    for name in untracked:
+        path = Path(root) / name.decode(errors="surrogateescape")
+        digest.update(b"\0untracked\0" + name + b"\0")
+        try:
+            digest.update(path.read_bytes())
+        except OSError:                      # a socket, a dangling link: its name still counts
+            digest.update(b"\0unreadable")
+    return digest.hexdigest()
+
+
 def device_facts(torch, device: str) -> dict:
     """GPU name, arch name as the configs use it (sm90, gfx942, ...), CUDA/HIP versions."""
     if device == "cpu":
@@ -84,6 +121,7 @@ def collect(torch, device: str, *, toolchain: str, pins: dict, arch: str | None,
     facts = device_facts(torch, device)
     device_arch = facts.pop("arch")
     start, end = smi_start or {}, smi_end or {}
+    head = git_commit(root)
     return {
         **facts,
         "arch": arch or device_arch,
@@ -101,7 +139,10 @@ def collect(torch, device: str, *, toolchain: str, pins: dict, arch: str | None,
         "pin_mismatches": list(pins.get("pin_mismatches") or []),
         "executor": executor,
         "image_digest": image_digest,
-        "commit": commit or git_commit(root),
+        "commit": commit or head,
+        # The uncommitted change the measured code carries on top of `commit` (None: clean, or a
+        # commit handed in that is not the tree's HEAD, whose change this tree cannot tell).
+        "dirty": git_dirty(root) if head and (commit or head) == head else None,
         "date": utc_now(),
         "hostname": platform.node(),
         "kernel": kernel,

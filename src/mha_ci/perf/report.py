@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mha_ci.perf.compare import STATUSES, Comparison, ShapeVerdict
-from mha_ci.perf.shapes import PASSES
+from mha_ci.perf.shapes import PASSES, Shape
 
 COLOURS = {"improvement": "#2a9d3f", "ok": "#9a9a9a", "regression": "#d62828", "invalid": "#f4a261"}
 COLUMNS = ("shape", "M", "N", "K", "d_v", "HQ/HK", "TP", "layout", "bucket", "baseline us", "candidate us",
@@ -40,6 +40,11 @@ MAX_VERDICT_SHAPES = 200
 # How many of the worst regressions the suggested repro and bisect commands name.
 COMMAND_SHAPES = 3
 TUNE_PASS = {"fwd": "forward", "bwd": "backward"}
+# A chart draws every changed shape and this many others, those of largest |delta|.
+WORST_SHAPES = 20
+# The chart's axis is linear within +-LINEAR_PCT (the gate's floors and noise live there) and
+# logarithmic beyond, so a +300 % bar does not flatten the threshold band.
+LINEAR_PCT = 5.0
 
 
 def by_pass(verdicts: Iterable[ShapeVerdict]) -> dict[str, list[ShapeVerdict]]:
@@ -155,17 +160,61 @@ def _duration(us) -> str:
     return f"{us / 1e6:.2f} s" if us >= 1e5 else f"{us:.0f} us"
 
 
-def _side(p: dict) -> str:
+def commit_label(p: dict) -> str:
+    """The measured commit, and the hash of the uncommitted change on top of it when there was
+    one: "3407f29abd03+dirty:ab12cd34". Two working trees of one commit then read apart."""
+    label = (p.get("commit") or "?")[:12]
+    return label + (f"+dirty:{p['dirty'][:8]}" if p.get("dirty") else "")
+
+
+def _pin_count(p: dict) -> int:
+    return sum(1 for name in (p.get("versions") or {}) if name != "python")
+
+
+def _side(p: dict, side: str) -> str:
+    """One line per side: the toolchain's two versions that decide the code, how many pins were
+    recorded and where compare.json holds them all (the full list is too long for a header)."""
     versions = p.get("versions") or {}
     return (f"{p.get('gpu') or p.get('arch')} ({p.get('arch')}), toolchain {p.get('toolchain')} "
-            f"(torch {versions.get('torch')}, triton {versions.get('triton')}), kernel {p.get('kernel')}, "
-            f"commit {(p.get('commit') or '?')[:12]}, {p.get('date')}"
+            f"(torch {versions.get('torch')}, triton {versions.get('triton')}; {_pin_count(p)} pins in "
+            f"compare.json {side}.versions), kernel {p.get('kernel')}, "
+            f"commit {commit_label(p)}, {p.get('date')}"
             + (f", PLANTED +{p['planted_slowdown_pct']} %" if p.get("planted_slowdown_pct") else ""))
+
+
+def _pin_name(mismatch: str) -> str:
+    """'pkg' of pincheck's "toolchain t pins pkg==1 but ..."; the whole text when it is not one."""
+    words = mismatch.split()
+    return words[3].split("==")[0] if len(words) > 3 and words[2] == "pins" else mismatch
+
+
+def _unpinned_line(p: dict, side: str) -> str:
+    """An unpinned side in one line: how many pins differ, the first names, where the list is."""
+    mismatches = list(p.get("pin_mismatches") or [])
+    if not mismatches:
+        return f"UNPINNED {side}: pins not checked"
+    # the pins that decide the code and the inputs first, as comparable.unpinned_summary orders them
+    first = ("torch", "triton", "numpy")
+    names = sorted((_pin_name(m) for m in mismatches), key=lambda n: first.index(n) if n in first else len(first))
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (f"UNPINNED {side}: {len(mismatches)} of {_pin_count(p)} pins differ ({shown}); "
+            f"full list: compare.json {side}.pin_mismatches")
+
+
+def _notes(c: Comparison) -> list[str]:
+    """The comparison's notes, an unpinned side's shortened to one line with a count."""
+    sides = {"baseline": c.baseline_provenance, "candidate": c.candidate_provenance}
+    out = []
+    for note in c.notes:
+        side = next((s for s in sides if note.startswith(f"UNPINNED {s}:")), None)
+        out.append(_unpinned_line(sides[side], side) if side and "pin_mismatches" in sides[side] else note)
+    return out
 
 
 def _header(c: Comparison) -> list[str]:
     g = c.policy
-    lines = [f"Baseline: {_side(c.baseline_provenance)}", f"Candidate: {_side(c.candidate_provenance)}",
+    lines = [f"Baseline: {_side(c.baseline_provenance, 'baseline')}",
+             f"Candidate: {_side(c.candidate_provenance, 'candidate')}",
              f"Gate: regression when delta > max({g.floor_pct:g} %, {g.k:g} x combined noise); "
              f"invalid when either side's noise > {g.invalid_noise_pct:g} %; "
              f"stall: a dispatch > {g.stall_factor:g} x median."]
@@ -175,7 +224,7 @@ def _header(c: Comparison) -> list[str]:
         lines.append(f"{c.not_measured} baseline shapes are outside the candidate's subset and were not compared.")
     if c.refused:
         lines.append(f"REFUSED: {c.refused}")
-    lines += [f"NOTE: {note}" for note in c.notes]
+    lines += [f"NOTE: {note}" for note in _notes(c)]
     lines += [f"GATE FAILS: {why}" for why in c.failures if not why.startswith("refused: ")]
     return lines
 
@@ -335,100 +384,256 @@ def _plotted(verdicts: Iterable[ShapeVerdict]) -> list[tuple[ShapeVerdict, float
     return sorted(both, key=lambda item: item[1])
 
 
-def _panel(ax, plt, verdicts: list[ShapeVerdict], title: str) -> None:
-    """One pass's bars: delta % per shape, sorted, coloured by status, its thresholds as a band,
-    stalls and identical-code shapes marked."""
+def chart_shapes(verdicts: list[ShapeVerdict], worst: int = WORST_SHAPES) -> tuple[list[ShapeVerdict], int]:
+    """The shapes a pass's chart draws, largest delta first: every regressed or improved shape,
+    then the `worst` others with the largest |delta|; and how many measured shapes are left out
+    (the tables list them all). Hundreds of quiet bars would hide the few that moved."""
+    plotted = [v for v, _, _ in _plotted(verdicts)]
+    changed = [v for v in plotted if v.status in ("regression", "improvement")]
+    rest = sorted((v for v in plotted if v.status not in ("regression", "improvement")),
+                  key=lambda v: (-abs(v.delta_pct or 0.0), v.key))
+    shown = sorted(changed + rest[:worst], key=lambda v: (-(v.delta_pct or 0.0), v.key))
+    return shown, len(plotted) - len(shown)
+
+
+def _panel(ax, plt, verdicts: list[ShapeVerdict], title: str, worst: int) -> dict:
+    """One pass's horizontal bars: delta % per shape, largest on top, coloured by status, on a
+    symmetric log axis (linear within LINEAR_PCT, so a +-1.5 % band stays as wide as a +300 %
+    bar's decade), each shape's threshold as ticks, stalls and identical-code shapes marked, the
+    changed bars labelled with their delta, the legend right of the axes. Returns the axes, the
+    value labels, the keys drawn (top first) and how many measured shapes were left out."""
     from matplotlib.patches import Patch  # optional, slow to import: plots only
 
-    plotted = _plotted(verdicts)
-    shown = [v for v, _, _ in plotted]
-    deltas = [delta for _, delta, _ in plotted]
-    xs = list(range(len(shown)))
-    ax.bar(xs, deltas, color=[COLOURS[v.status] for v in shown], width=0.85)
-    if shown:
-        ax.step(xs, [t for _, _, t in plotted], where="mid", color="black", linewidth=0.7, linestyle="--")
-        ax.step(xs, [-t for _, _, t in plotted], where="mid", color="black", linewidth=0.7, linestyle="--")
+    shown, hidden = chart_shapes(verdicts, worst)
+    deltas = [v.delta_pct or 0.0 for v in shown]
+    ys = list(range(len(shown)))[::-1]          # the largest delta on top
+    bars = ax.barh(ys, deltas, color=[COLOURS[v.status] for v in shown], height=0.75)
+    labels = ax.bar_label(bars, labels=[f"{d:+.1f} %" if v.status in ("regression", "improvement") else ""
+                                        for v, d in zip(shown, deltas)], padding=3, fontsize=8)
+    thresholds = [v.threshold_pct or 0.0 for v in shown]
+    ax.scatter(thresholds + [-t for t in thresholds], ys + ys, marker="|", color="black", s=60, linewidths=0.9,
+               zorder=3)
     stalled = [i for i, v in enumerate(shown) if v.stall]
     if stalled:
-        ax.scatter(stalled, [deltas[i] for i in stalled], marker="v", color="black", zorder=3, s=18)
+        ax.scatter([deltas[i] for i in stalled], [ys[i] for i in stalled], marker="<", color="black", zorder=4, s=18)
     same = [i for i, v in enumerate(shown) if v.same_code]
     if same:
-        ax.scatter(same, [deltas[i] for i in same], marker="o", facecolors="none", edgecolors="#1d3557",
-                   zorder=4, s=22, linewidths=0.9)
-    ax.axhline(0, color="black", linewidth=0.6)
-    ax.set_xlabel(f"shape (sorted by delta; {len(shown)} of {len(verdicts)} with both sides measured)")
-    ax.set_ylabel("delta % (trimmed mean)")
-    ax.set_title(title, fontsize=10)
-    if len(shown) <= 40:
-        ax.set_xticks(xs)
-        ax.set_xticklabels([v.key for v in shown], rotation=90, fontsize=6)
-    else:
-        ax.set_xticks([])
+        ax.scatter([deltas[i] for i in same], [ys[i] for i in same], marker="o", facecolors="none",
+                   edgecolors="#1d3557", zorder=4, s=22, linewidths=0.9)
+    ax.axvline(0, color="black", linewidth=0.6)
+    ax.set_xscale("symlog", linthresh=LINEAR_PCT, linscale=1.0)
+    biggest = max([abs(d) for d in deltas] + thresholds + [LINEAR_PCT])
+    limit = biggest * (3.0 if biggest > LINEAR_PCT else 1.6)     # room for the value labels on a log scale
+    ax.set_xlim(-limit, limit)
+    ticks = [t for t in (2, 5, 30, 100, 300, 1000, 3000, 10000) if t <= limit]   # spread evenly on this axis
+    ax.set_xticks([-t for t in reversed(ticks)] + [0] + ticks,
+                  [f"-{t:g} %" for t in reversed(ticks)] + ["0"] + [f"+{t:g} %" for t in ticks], fontsize=8)
+    ax.grid(axis="x", color="#dddddd", linewidth=0.5)
+    ax.set_axisbelow(True)
+    ax.set_xlabel("delta % of the trimmed mean time, candidate over baseline "
+                  f"(symmetric log axis, linear within +-{LINEAR_PCT:g} %)")
+    ax.set_ylabel(f"{len(shown)} shapes drawn; {hidden} of {len(shown) + hidden} shapes hidden", fontsize=8)
+    ax.set_title(title, fontsize=10, loc="left")
+    ax.set_yticks(ys)
+    ax.set_yticklabels([v.key for v in shown], fontsize=7)
+    ax.set_ylim(-0.7, len(shown) - 0.3)
     n = {s: sum(1 for v in verdicts if v.status == s) for s in STATUSES}
     handles = [Patch(color=COLOURS[s], label=f"{s} ({n[s]})") for s in STATUSES]
-    handles.append(plt.Line2D([], [], color="black", linestyle="--", linewidth=0.7, label="+/- threshold"))
+    handles.append(plt.Line2D([], [], color="black", marker="|", linestyle="", label="+/- threshold"))
     if stalled:
-        handles.append(plt.Line2D([], [], color="black", marker="v", linestyle="", label="stall"))
+        handles.append(plt.Line2D([], [], color="black", marker="<", linestyle="", label="stall"))
     if same:
         handles.append(plt.Line2D([], [], color="#1d3557", marker="o", markerfacecolor="none", linestyle="",
-                                  label=f"identical code on both sides, A/A ({len(same)})"))
-    ax.legend(handles=handles, fontsize=8, loc="best", framealpha=0.8)
+                                  label=f"identical code, A/A ({len(same)})"))
+    # outside the axes, opaque: inside, a legend lands on the bars it explains
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+              framealpha=1.0)
+    return {"axes": ax, "labels": list(labels), "shown": [v.key for v in shown], "hidden": hidden}
 
 
-def plot_png(c: Comparison) -> bytes:
-    """One panel per pass the comparison holds (forward above backward), each as _panel draws it."""
+def plot_figure(c: Comparison, worst: int = WORST_SHAPES):
+    """The figure, one panel per pass the comparison holds (forward above backward), and each
+    panel's record as _panel returns it. The height follows the bars drawn."""
     plt = pyplot()
     groups = by_pass(c.shapes)
     panels = [(f"{PASS_TITLES[p]}: {counts(vs)}", vs) for p, vs in groups.items()] or [(counts([]), [])]
-    widest = max(len(_plotted(vs)) for _, vs in panels)
-    fig, axes = plt.subplots(len(panels), 1, squeeze=False, dpi=100,
-                             figsize=(max(8.0, min(24.0, 0.06 * widest + 6)), 1.0 + 4.5 * len(panels)))
-    for ax, (title, verdicts) in zip(axes[:, 0], panels):
-        _panel(ax, plt, verdicts, title)
+    rows = [len(chart_shapes(vs, worst)[0]) for _, vs in panels]
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False, dpi=100, layout="constrained",
+                             figsize=(12.0, sum(1.6 + 0.22 * max(r, 4) for r in rows)),
+                             height_ratios=[1.6 + 0.22 * max(r, 4) for r in rows])
+    drawn = [_panel(ax, plt, verdicts, title, worst) for ax, (title, verdicts) in zip(axes[:, 0], panels)]
     if c.refused:
         fig.suptitle("REFUSED: not comparable", fontsize=11, color=COLOURS["regression"])
-    fig.tight_layout()
-    return figure_png(fig)
+    return fig, drawn
 
 
-def _html_table(verdicts: list[ShapeVerdict]) -> str:
+def plot_png(c: Comparison, worst: int = WORST_SHAPES) -> bytes:
+    """plot_figure as PNG bytes."""
+    return figure_png(plot_figure(c, worst)[0])
+
+
+# What every column and abbreviation of the page means; each table header carries its line too.
+GLOSSARY = {
+    "shape": "the shape key: layout, batch b, query heads hq, key/value heads hk, query length sq, "
+             "key length sk, head dims dqk and dv, causal c1/c0, and _bwd for the backward pass",
+    "M": "query sequence length (sq)", "N": "key/value sequence length (sk)",
+    "K": "query/key head dimension (dqk)", "d_v": "value head dimension (dv)",
+    "HQ/HK": "query heads / key-value heads (HQ > HK: grouped-query attention)",
+    "TP": "tensor-parallel degree(s) of the models the shape comes from (heads are split over TP GPUs)",
+    "layout": "dense (padded batch) or varlen (packed sequences), causal mask, window, sink, dropout",
+    "dtype": "element type of the inputs (bf16: bfloat16, fp16: float16, fp32: float32)",
+    "bucket": "the kernel-config bucket the shape's launch parameters come from (src/mha/configs)",
+    "us": "microseconds: the trimmed mean time of one dispatch (baseline us, candidate us)",
+    "TFLOP/s": "10^12 matmul floating-point operations per second over the pairs the mask lets through, "
+               "baseline / candidate",
+    "delta %": "(candidate - baseline) / baseline x 100: positive is slower",
+    "threshold %": "the delta beyond which the shape regressed or improved: max(floor, k x combined noise)",
+    "noise %": "each side's run-to-run noise of the trimmed mean, baseline / candidate",
+    "status": "regression, improvement, ok (within threshold) or invalid (not judged: too noisy or not measured)",
+    "same code": "yes: both sides launched identical compiled code objects, so the delta is noise only",
+    "A/A": "a comparison of a thing with itself; its deltas measure the noise",
+    "stall": "one dispatch took far longer than the median (a stall of the GPU or host)",
+    "source": "where the shape was taken from (model_shapes, bench, test)",
+    "fwd": "forward pass", "bwd": "backward pass (dQ, dK, dV)",
+}
+COLUMN_TERMS = {"baseline us": "us", "candidate us": "us", "TFLOP/s base / cand": "TFLOP/s",
+                "noise % base / cand": "noise %"}
+
+
+def _flops(v: ShapeVerdict) -> int | None:
+    try:
+        return Shape.from_dict(v.shape).flops if v.shape else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _tflops(flops: int | None, us: float | None) -> str:
+    return "-" if not flops or not us else f"{flops / (us * 1e-6) / 1e12:.1f}"
+
+
+def html_columns(verdicts: list[ShapeVerdict]) -> tuple[str, ...]:
+    """The table's columns: COLUMNS, with dtype, noise and TFLOP/s where some shape has them."""
+    extra = {"dtype": any((v.shape or {}).get("dtype") for v in verdicts),
+             "noise % base / cand": any(v.noise_baseline_pct is not None or v.noise_candidate_pct is not None
+                                        for v in verdicts),
+             "TFLOP/s base / cand": any(_flops(v) for v in verdicts)}
+    after = {"layout": "dtype", "candidate us": "TFLOP/s base / cand", "threshold %": "noise % base / cand"}
+    out: list[str] = []
+    for col in COLUMNS:
+        out.append(col)
+        if col in after and extra[after[col]]:
+            out.append(after[col])
+    return tuple(out)
+
+
+def _html_row(v: ShapeVerdict) -> dict[str, str]:
+    flops = _flops(v)
+    return row(v) | {"dtype": (v.shape or {}).get("dtype") or "-", "noise % base / cand": _noise_pair(v),
+                     "TFLOP/s base / cand": f"{_tflops(flops, v.baseline_us)} / {_tflops(flops, v.candidate_us)}"}
+
+
+def _html_table(p: str, verdicts: list[ShapeVerdict], worst: int) -> str:
+    """A pass's table, every shape; those the chart leaves out are rows of class `quiet`, hidden
+    until the pass's "show all" box is ticked (plain CSS, so it works without the script)."""
     esc = html.escape
+    columns = html_columns(verdicts)
+    drawn = {v.key for v in chart_shapes(verdicts, worst)[0]}
     rows = []
     for v in ordered(verdicts):
-        r = row(v)
-        cells = "".join(f"<td>{esc(r[col])}</td>" for col in COLUMNS)
-        css = v.status + (" same-code" if v.same_code else "")
+        r = _html_row(v)
+        cells = "".join(f'<td class="status">{esc(r[col])}</td>' if col == "status" else f"<td>{esc(r[col])}</td>"
+                        for col in columns)
+        css = v.status + (" same-code" if v.same_code else "") + ("" if v.key in drawn or v.delta_pct is None else " quiet")
         rows.append(f'<tr class="{css}" title="{esc(v.reason)}">{cells}</tr>')
-    return (f"<table><tr>{''.join(f'<th>{esc(col)}</th>' for col in COLUMNS)}</tr>\n"
-            + "\n".join(rows) + "\n</table>")
+    heads = "".join(f'<th data-sort="{i}" title="{esc(GLOSSARY[COLUMN_TERMS.get(col, col)])}">{esc(col)}</th>'
+                    for i, col in enumerate(columns))
+    return (f'<table id="table-{p}"><thead><tr>{heads}</tr></thead><tbody>\n' + "\n".join(rows)
+            + "\n</tbody></table>")
 
 
-def html_page(c: Comparison, png: bytes) -> str:
+# Sorts a table by the clicked header (numbers by value, the rest as text; a second click
+# reverses) and keeps the rows holding the typed text. Inline: the page is one file, offline.
+SCRIPT = """
+function cellValue(row, i) {
+  const text = row.cells[i].textContent.trim();
+  const number = parseFloat(text.replace(/^\\+/, ''));
+  return isNaN(number) ? text.toLowerCase() : number;
+}
+document.querySelectorAll('th[data-sort]').forEach(th => th.addEventListener('click', () => {
+  const body = th.closest('table').tBodies[0];
+  const i = Number(th.dataset.sort);
+  const down = th.dataset.order !== 'asc';
+  th.dataset.order = down ? 'asc' : 'desc';
+  const rows = Array.from(body.rows).sort((a, b) => {
+    const x = cellValue(a, i), y = cellValue(b, i);
+    const order = typeof x === typeof y ? (x < y ? -1 : x > y ? 1 : 0) : (typeof x === 'number' ? -1 : 1);
+    return down ? order : -order;
+  });
+  rows.forEach(r => body.appendChild(r));
+}));
+document.querySelectorAll('input[data-table]').forEach(box => box.addEventListener('input', () => {
+  const filter = box.value.toLowerCase();
+  const table = document.getElementById(box.dataset.table);
+  Array.from(table.tBodies[0].rows).forEach(r => {
+    r.hidden = filter !== '' && !r.textContent.toLowerCase().includes(filter);
+  });
+}));
+"""
+
+
+def html_page(c: Comparison, png: bytes, worst: int = WORST_SHAPES) -> str:
+    """The verdict, the tally and the chart first, then what was compared, then a section per
+    pass: its lead lines, stalls and a table; last the glossary."""
     esc = html.escape
     head = "".join(f"<li>{esc(line)}</li>" for line in _header(c))
-    sections = []
+    sections, hidden_lines = [], []
     for p, verdicts in by_pass(c.shapes).items():
         lead = _pass_lead(verdicts)
+        _, hidden = chart_shapes(verdicts, worst)
+        measured = len(_plotted(verdicts))
+        hidden_line = (f"{hidden} of {measured} {p} shapes hidden from the chart and the table "
+                       f"(within threshold, smallest |delta|)")
+        if hidden:
+            hidden_lines.append(hidden_line)
         stall = "".join(f"<li>{esc(line)}</li>" for line in _stall_lines(verdicts))
+        toggle = (f'<input type="checkbox" id="all-{p}" class="show-all"><label for="all-{p}">'
+                  f"show all {len(verdicts)} {p} shapes ({esc(hidden_line)})</label>" if hidden else "")
         sections.append(f'<section id="pass-{p}"><h2>{esc(PASS_TITLES[p])}</h2><p><b>{esc(lead[0])}</b></p>'
                         + "".join(f"<p>{esc(line)}</p>" for line in lead[1:])
                         + (f"<h3>Stalls</h3><ul>{stall}</ul>" if stall else "")
-                        + _html_table(verdicts) + "</section>")
-    status_col = COLUMNS.index("status") + 1
-    colour_css = "".join(f"tr.{s} td:nth-child({status_col}){{color:{col};font-weight:bold}}"
-                         for s, col in COLOURS.items())
-    return f"""<!doctype html>
+                        + f'<p class="tools"><input type="search" data-table="table-{p}" '
+                          f'placeholder="filter {p} rows" aria-label="filter the {p} table"> {toggle}</p>'
+                        + _html_table(p, verdicts, worst) + "</section>")
+    colour_css = "".join(f"tr.{s} td.status{{color:{col};font-weight:bold}}" for s, col in COLOURS.items())
+    glossary = "".join(f"<dt>{esc(term)}</dt><dd>{esc(meaning)}</dd>" for term, meaning in GLOSSARY.items())
+    verdict_class = "fail" if c.gate_failed else "pass"
+    hidden_note = "".join(f"<p>{esc(line)}; tick \"show all\" below the pass's heading to list them.</p>"
+                          for line in hidden_lines)
+    page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>mha-ci perf comparison</title>
-<style>body{{font-family:sans-serif;margin:1.5em}}table{{border-collapse:collapse;font-size:12px}}
+<style>body{{font-family:sans-serif;margin:1.5em;max-width:100%}}
+img{{max-width:100%;height:auto}}
+table{{border-collapse:collapse;font-size:12px}}
 td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}td:first-child{{text-align:left;font-family:monospace}}
-tr.same-code td{{background:#eef3fa}}
+th{{cursor:pointer;background:#f4f4f4}}th[data-order=asc]::after{{content:" \\25B2"}}th[data-order=desc]::after{{content:" \\25BC"}}
+tr.same-code td{{background:#eef3fa}}tr.quiet{{display:none}}
+section:has(.show-all:checked) tr.quiet{{display:table-row}}
+#verdict{{font-size:1.3em;font-weight:bold;padding:0.4em;border-left:6px solid}}
+#verdict.fail{{border-color:{COLOURS["regression"]}}}#verdict.pass{{border-color:{COLOURS["improvement"]}}}
+dt{{font-weight:bold;font-family:monospace}}dd{{margin:0 0 0.3em 2em}}
 {colour_css}</style></head><body>
-<h1>Perf comparison</h1><ul>{head}</ul>
+<h1>Perf comparison</h1>
+<p id="verdict" class="{verdict_class}">{esc(verdict_line(c))}</p>
 <p><b>{esc(tally_line(c))}</b></p>
+{hidden_note}
 <img alt="delta per shape, one panel per pass" src="data:image/png;base64,{base64.b64encode(png).decode()}">
+<h2>What was compared</h2><ul>{head}</ul>
 {chr(10).join(sections)}
+<h2>Abbreviations and columns</h2><dl>{glossary}</dl>
+<script>{SCRIPT}</script>
 </body></html>
 """
+    return page
 
 
 def write_all(c: Comparison, out_dir: Path) -> dict[str, Path]:

@@ -51,7 +51,7 @@ def test_png_is_a_real_plot_and_html_embeds_it(tmp_path):
     png = report.plot_png(c)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     image = Image.open(io.BytesIO(png))
-    assert image.size[0] >= 600 and image.size[1] >= 300
+    assert image.size[0] >= 600 and image.size[1] >= 240
     page = report.html_page(c, png)
     match = re.search(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert match and base64.b64decode(match.group(1)) == png
@@ -140,9 +140,14 @@ def test_identical_code_objects_are_marked_as_an_aa_sample_in_every_form():
 
 
 def test_the_plot_has_one_panel_per_pass():
+    for c, passes in ((reference_comparison(), ["fwd"]), (two_pass_comparison(), ["fwd", "bwd"])):
+        fig, panels = report.plot_figure(c)
+        assert [p["axes"].get_title(loc="left").split(" (")[0] for p in panels] == \
+            [report.PASS_TITLES[p].split(" (")[0] for p in passes]
+        report.pyplot().close(fig)
     one = Image.open(io.BytesIO(report.plot_png(reference_comparison())))
     two = Image.open(io.BytesIO(report.plot_png(two_pass_comparison())))
-    assert one.size[1] == 550 and two.size[1] == 1000
+    assert two.size[1] > one.size[1] and one.size[0] == two.size[0]
 
 
 def test_a_one_pass_comparison_has_no_section_of_the_other_pass():
