@@ -249,13 +249,14 @@ def cache_lines(check: dict | None) -> list[str]:
              f"gives {str(m.get('fresh'))[:16]} ({m.get('found_by', 'compiled again')}); the cache is forged or "
              "corrupt: the entry was replaced, and other entries of it may be wrong too (--no-cache compiles "
              "everything)" for m in check.get("mismatches") or []]
-    rechecked = len(check.get("rechecked") or [])
+    rechecked, share = len(check.get("rechecked") or []), check.get("share", 0)
     claims = check.get("claims", 0)
-    detail = (f"{claims} claiming the stored code object for changed inputs (the notes above: "
-              "`mha-ci checksums update` refreshes their records), " if claims else "")
+    why = [f"{claims} claiming the stored code object for changed inputs (the notes above: `mha-ci checksums "
+           "update` refreshes their records)"] if claims else []
+    why.append("every hit of an --only run" if share >= 1 else f"{share:.0%} of the rest drawn")
     verdict = "identical" if not lines else f"{len(lines)} differ"
-    lines.append(f"  compile cache: {rechecked} of {check['hits']} hits compiled again ({detail}a share of "
-                 f"{check.get('share', 0):g} of the rest, seed {check.get('seed')}): {verdict}")
+    lines.append(f"  compile cache: {rechecked} of {check['hits']} hits compiled again ({', '.join(why)}; seed "
+                 f"{check.get('seed')}): {verdict}")
     return lines
 
 

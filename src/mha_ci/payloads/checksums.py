@@ -25,8 +25,9 @@ compared with their entries, and a hit in the determinism sample is compared wit
 compiles. Compiled again are
 - every hit that claims the stored record's code object although the variant's kernel source,
   config or compile inputs differ from that record's (the record's source_hash, config_hash,
-  inputs_hash): the claim a forged entry would make to hide a change. Honest ones are the
-  "same code object; ... moved" notes of verify, until `update` refreshes those records;
+  inputs_hash), or the stored file was made with another Triton: the claim a forged entry
+  would make to hide a change. Honest ones are the "same code object; ... moved" notes of
+  verify, until `update` refreshes those records;
 - with `--only`, every other hit too (a narrowed run is small; its verdict then rests on no
   cache entry);
 - else a share of the other hits (`--recheck`, default RECHECK_SHARE), drawn at random.
@@ -160,13 +161,15 @@ def compute(args) -> int:
         else:
             todo.append(variant.task)
     share = args.recheck if args.recheck is not None else (1.0 if args.only else RECHECK_SHARE)
-    claims = unchanged_claims(variants, hits, _stored_records(args.stored))
+    stored = _stored_file(args.stored)
+    claims = unchanged_claims(variants, hits, stored.by_key() if stored else {},
+                              triton_moved=stored is not None and stored.toolchain.get("triton") != triton.__version__)
     rechecked = pick_rechecks(sorted(hits), claims, share, rng)
     by_key = {v.key: v for v in variants}
     mismatches: list[dict] = []
     _log(f"{len(hits)} from cache ({len(rechecked)} of them compiled again to check it: {len(claims)} claiming the "
-         f"stored code object for changed inputs, a share of {share:g} of the rest, seed {seed}), {len(todo)} to "
-         f"compile on {args.jobs} processes")
+         f"stored code object for changed inputs, {share:.0%} of the rest; seed {seed}), {len(todo)} to compile on "
+         f"{args.jobs} processes")
     _compile(todo + [by_key[k].task for k in rechecked], args.jobs, results, cache, keys, enumerated,
              rechecked=set(rechecked), mismatches=mismatches)
     compiled_at = time.monotonic()
@@ -319,29 +322,31 @@ def pick_rechecks(hits: list[str], claims: set[str], share: float, rng: random.R
     return sorted(claims & set(hits)) + sorted(drawn)
 
 
-def unchanged_claims(variants, hits: dict[str, dict], stored: dict[str, CodeObjectRecord]) -> set[str]:
+def unchanged_claims(variants, hits: dict[str, dict], stored: dict[str, CodeObjectRecord], *,
+                     triton_moved: bool = False) -> set[str]:
     """Hits whose entry gives the stored record's code object while the variant's kernel source,
-    config or compile inputs differ from the record's: what a forged entry hiding a change says."""
+    config or compile inputs differ from the record's, or the records were made with another
+    Triton (`triton_moved`): what a forged entry hiding a change says."""
     out = set()
     for variant in variants:
         entry, record = hits.get(variant.key), stored.get(variant.key)
         if entry is None or record is None or entry.get("sha256") != record.sha256:
             continue
-        if ((variant.source_hash, variant.config_hash, variant.inputs_hash)
-                != (record.source_hash, record.config_hash, record.inputs_hash)):
+        if triton_moved or ((variant.source_hash, variant.config_hash, variant.inputs_hash)
+                            != (record.source_hash, record.config_hash, record.inputs_hash)):
             out.add(variant.key)
     return out
 
 
-def _stored_records(path: str | None) -> dict[str, CodeObjectRecord]:
-    """The stored records by key (`--stored`, relative to the checkout); the orchestrating side
-    has refused a broken file before the payload started."""
+def _stored_file(path: str | None) -> CodeObjectFile | None:
+    """The stored records (`--stored`, relative to the checkout); the orchestrating side has
+    refused a broken file before the payload started."""
     if not path or not Path(path).is_file():
-        return {}
+        return None
     try:
-        return load(Path(path)).by_key()
+        return load(Path(path))
     except RecordFileError:
-        return {}
+        return None
 
 
 def check_determinism(args, records, variants, rng: random.Random) -> dict:
