@@ -22,7 +22,8 @@ it still differs after that):
 - bin/python must resolve to the base interpreter that builds environments, pyvenv.cfg must
   name that interpreter's folder as home (the standard library comes from there) and keep the
   system site-packages out, and no bin/pyvenv.cfg may stand beside it (site.py reads that one
-  first). A script planted as bin/python is never started: nothing here runs it.
+  first). A script planted as bin/python is never started: nothing here runs it. The rest of
+  bin/ (console scripts), include/ and share/ are not looked at: nothing runs or imports them.
 - site-packages must hold exactly the files of the wheels whose sha256 the lock pins, byte for
   byte. The manifest of those files is derived from the wheels themselves (their RECORD) when
   the environment is built, or, on a machine that did not build it (a restored CI cache), from
