@@ -7,7 +7,14 @@ target), and the toolchain (lock-file hash plus the Triton version actually impo
 `host` toolchain, which has no lock, is keyed by what is installed). A comment-only edit of a
 kernel file therefore misses the cache and recompiles (and yields the same checksum: line info
 is off); an edit elsewhere in the checkout (tests, runner) does not touch the key.
-Entries are small JSON files written atomically; a corrupt entry is treated as a miss.
+Entries are small JSON files written atomically (a temporary file renamed into place), so runs
+sharing the folder, at once or from several clones, read either an old entry or a whole new one,
+and need no lock; a corrupt entry is treated as a miss.
+
+Nothing vouches for an entry: the folder may be restored from another run's upload or shared,
+so whoever writes it can write any sha256 under any key. The payload (mha_ci.payloads.checksums)
+compiles some hits again and compares: every hit that claims a stored record's code object for
+changed inputs, every hit of an `--only` run, and a random share of the rest.
 """
 from __future__ import annotations
 
@@ -61,6 +68,15 @@ class CompileCache:
             pass
         self.misses += 1
         return None
+
+    def evict(self, key: str) -> None:
+        """Drop an entry a fresh compile contradicted."""
+        if self.folder is None:
+            return
+        try:
+            self._path(key).unlink()
+        except OSError:
+            pass       # gone already, or a read-only cache: the entry is not used again in this run
 
     def put(self, key: str, entry: dict) -> None:
         if self.folder is None or entry.get("error") or not entry.get("sha256"):

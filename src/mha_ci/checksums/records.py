@@ -10,7 +10,8 @@ checksum moved: the kernel and pass, num_warps / num_stages, the effective confi
 bucket and its hash, and a hash of the kernel's source (comments stripped). Records are sorted
 by key and the file is written atomically, so a stored file changes only where a variant did.
 A fresh file (the payload's) adds run details: determinism, errors, refused (compiles stopped
-over the shared memory limit), stats. `load` checks every field and type: these files gate merges.
+over the shared memory limit), stats, cache_check (the compile cache hits compiled again, and
+those whose entry a fresh compile contradicted). `load` checks every field and type: these files gate merges.
 Standard library only (read on both sides of the executor boundary).
 """
 from __future__ import annotations
@@ -46,7 +47,8 @@ FIELD_TYPES: dict[str, type] = {
 # Top-level keys: the stored ones, then the run details of a fresh file.
 FILE_TYPES: dict[str, tuple] = {"schema": (str,), "toolchain": (dict,), "records": (list,),
                                 "determinism": (dict, type(None)), "errors": (list,),
-                                "stats": (dict, type(None)), "refused": (list,)}
+                                "stats": (dict, type(None)), "refused": (list,),
+                                "cache_check": (dict, type(None))}
 MAX_FILE_BYTES = 64 << 20      # the stored files are about 0.5 MB; anything near this is not one
 
 
@@ -99,6 +101,12 @@ class CodeObjectFile:
     stats: dict | None = None         # counts and wall time of the run (not stored)
     refused: tuple = ()               # [{"key", "arch", "value", "limit"}]: compiles stopped over the
                                       # shared memory limit (no code object; not stored)
+    cache_check: dict | None = None   # {"seed", "share", "hits", "claims", "rechecked": [key],
+                                      # "mismatches": [{"key", "cached", "fresh", "found_by"}]} (not stored)
+
+    @property
+    def cache_mismatches(self) -> list[dict]:
+        return list((self.cache_check or {}).get("mismatches") or [])
 
     def by_key(self) -> dict[str, CodeObjectRecord]:
         return {r.key: r for r in self.records}
@@ -107,14 +115,14 @@ class CodeObjectFile:
         wanted = set(archs)
         return CodeObjectFile(self.toolchain, tuple(r for r in self.records if r.arch in wanted),
                               self.determinism, self.errors, self.stats,
-                              tuple(r for r in self.refused if r["arch"] in wanted))
+                              tuple(r for r in self.refused if r["arch"] in wanted), self.cache_check)
 
     def only_keys(self, substring: str | None) -> "CodeObjectFile":
         if not substring:
             return self
         return CodeObjectFile(self.toolchain, tuple(r for r in self.records if substring in r.key),
                               self.determinism, self.errors, self.stats,
-                              tuple(r for r in self.refused if substring in r["key"]))
+                              tuple(r for r in self.refused if substring in r["key"]), self.cache_check)
 
     def to_json(self, stored: bool = False) -> dict:
         """`stored=True`: only what belongs in perf_baselines/ (no run details), so an update
@@ -126,6 +134,7 @@ class CodeObjectFile:
             data["errors"] = list(self.errors)
             data["stats"] = self.stats
             data["refused"] = list(self.refused)
+            data["cache_check"] = self.cache_check
         return data
 
 
@@ -186,6 +195,10 @@ def _check_file(data, source: str) -> None:
         if not (isinstance(entry, dict) and isinstance(entry.get("key"), str) and isinstance(entry.get("arch"), str)
                 and all(isinstance(entry.get(k), int) for k in ("value", "limit"))):
             raise RecordFileError(f"a refused entry is {_what(entry)}, expected {{key, arch, value, limit}}", source)
+    mismatches = (data.get("cache_check") or {}).get("mismatches", [])
+    for entry in mismatches if isinstance(mismatches, list) else [mismatches]:
+        if not (isinstance(entry, dict) and isinstance(entry.get("key"), str)):
+            raise RecordFileError(f"a cache_check mismatch is {_what(entry)}, expected {{key, cached, fresh}}", source)
 
 
 def parse(data: dict, source: str = "<data>") -> CodeObjectFile:
@@ -196,7 +209,8 @@ def parse(data: dict, source: str = "<data>") -> CodeObjectFile:
         dup = sorted({k for k in keys if keys.count(k) > 1})
         raise RecordFileError(f"duplicate keys {dup[:5]}", source)
     return CodeObjectFile(dict(data.get("toolchain", {})), records, data.get("determinism"),
-                          tuple(data.get("errors") or ()), data.get("stats"), tuple(data.get("refused") or ()))
+                          tuple(data.get("errors") or ()), data.get("stats"), tuple(data.get("refused") or ()),
+                          data.get("cache_check"))
 
 
 def _unique_keys(pairs: list) -> dict:

@@ -4,7 +4,9 @@
 reads back out/code_objects/<toolchain>.json. `judge` compares it with
 perf_baselines/code_objects/<toolchain>.json and fails on any difference, on a compile error,
 when the two fresh compiles of the determinism sample disagree (reported separately: that
-is a toolchain problem, not a kernel change), on a code object above its arch's resource limits
+is a toolchain problem, not a kernel change), when a compile cache entry disagrees with a fresh
+compile of its variant (a forged or corrupt cache: the payload checks hits, see
+mha_ci.payloads.checksums), on a code object above its arch's resource limits
 or on a variant that spills more than its record (mha_ci.checksums.limits). `update` rewrites the stored file atomically.
 The stored file is read and checked before anything compiles: a broken one is a configuration
 error naming the file (exit 2), not a verdict after an hour of compiles.
@@ -96,10 +98,12 @@ def _target_args(archs: list[Arch]) -> list[str]:
 def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Executor, out_dir: Path, *,
             job_arch: Arch | None = None, jobs: int | None = None, only: str | None = None,
             package: str = "mha", determinism_sample: int = 3, use_cache: bool = True,
-            platform: str = "cpu") -> Computed:
+            platform: str = "cpu", recheck: float | None = None, seed: int | None = None) -> Computed:
     """platform: the toolchain environment that compiles. Ahead-of-time compiles need no device,
     so cpu by default; cuda compiles the same variants in the sm90 jobs' image or venv, to show
-    that environment produces the same code objects."""
+    that environment produces the same code objects. recheck: the share of the compile cache's
+    hits compiled again (None: the payload's default); seed: of the sample and recheck draws
+    (None: drawn, and recorded in the result)."""
     targets = compile_archs(archs)
     toolchain = toolchain.on(platform)
     if not targets:
@@ -110,6 +114,13 @@ def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Execu
     args += _target_args(targets)
     if use_cache:
         args += ["--cache-dir", str(cache_dir(root) / toolchain.name)]
+    stored = stored_path(root, toolchain.name)
+    if stored.is_file():    # the claims of the cache are checked against it (relative: the payload runs in the checkout)
+        args += ["--stored", str(stored.relative_to(root)) if stored.is_relative_to(root) else str(stored)]
+    if recheck is not None:
+        args += ["--recheck", str(recheck)]
+    if seed is not None:
+        args += ["--seed", str(seed)]
     if toolchain.lock and Path(toolchain.lock).is_file():
         args += ["--lock-sha256", lock_sha256(toolchain.lock)]
     if jobs:
@@ -157,19 +168,26 @@ class Verdict:
     spills_grown: list[limits_mod.SpillGrowth] = field(default_factory=list)
     table: str = ""
 
+    cache_check: dict | None = None
+
     @property
     def nondeterministic(self) -> bool:
         return self.determinism is not None and not self.determinism.get("agree", False)
 
     @property
+    def cache_mismatches(self) -> list[dict]:
+        return list((self.cache_check or {}).get("mismatches") or [])
+
+    @property
     def failed(self) -> bool:
         return (self.missing_stored or bool(self.compile_errors) or self.nondeterministic
-                or bool(self.over_limits) or bool(self.spills_grown)
+                or bool(self.cache_mismatches) or bool(self.over_limits) or bool(self.spills_grown)
                 or any(d.is_failure for d in self.differences))
 
     def to_json(self) -> dict:
         return {"toolchain": self.toolchain, "failed": self.failed, "missing_stored": self.missing_stored,
                 "nondeterministic": self.nondeterministic, "determinism": self.determinism,
+                "cache_check": self.cache_check,
                 "compile_errors": self.compile_errors,
                 "over_limits": [b.to_json() for b in self.over_limits],
                 "spills_grown": [g.to_json() for g in self.spills_grown],
@@ -183,7 +201,7 @@ def judge(root: Path, computed: Computed, archs: list[Arch], only: str | None = 
     name = fresh.toolchain.get("name", computed.path.stem)
     names = [a.name for a in compile_archs(archs)]
     verdict = Verdict(toolchain=computed.path.stem, compile_errors=list(fresh.errors), determinism=fresh.determinism,
-                      over_limits=_over_limits(fresh, archs))
+                      over_limits=_over_limits(fresh, archs), cache_check=fresh.cache_check)
     path = stored_path(root, computed.path.stem)
     lines = []
     if not path.is_file():
@@ -217,9 +235,29 @@ def judge(root: Path, computed: Computed, archs: list[Arch], only: str | None = 
             lines.append(f"    {p.splitlines()[-1] if p else p}")
     elif det is not None:
         lines.append(f"  determinism: {len(det.get('sample', []))} variants compiled twice "
-                     "in fresh processes: identical")
+                     f"in fresh processes: identical (seed {det.get('seed')})")
+    lines += cache_lines(verdict.cache_check)
     verdict.table = "\n".join(lines) + "\n"
     return verdict
+
+
+def cache_lines(check: dict | None) -> list[str]:
+    """What the payload found when it compiled compile cache hits again (nothing without hits)."""
+    if not check or not check.get("hits"):
+        return []
+    lines = [f"  COMPILE CACHE: {m['key']}: the cached entry says sha {str(m.get('cached'))[:16]}, a fresh compile "
+             f"gives {str(m.get('fresh'))[:16]} ({m.get('found_by', 'compiled again')}); the cache is forged or "
+             "corrupt: the entry was replaced, and other entries of it may be wrong too (--no-cache compiles "
+             "everything)" for m in check.get("mismatches") or []]
+    rechecked, share = len(check.get("rechecked") or []), check.get("share", 0)
+    claims = check.get("claims", 0)
+    why = [f"{claims} claiming the stored code object for changed inputs (the notes above: `mha-ci checksums "
+           "update` refreshes their records)"] if claims else []
+    why.append("every hit of an --only run" if share >= 1 else f"{share:.0%} of the rest drawn")
+    verdict = "identical" if not lines else f"{len(lines)} differ"
+    lines.append(f"  compile cache: {rechecked} of {check['hits']} hits compiled again ({', '.join(why)}; seed "
+                 f"{check.get('seed')}): {verdict}")
+    return lines
 
 
 def _over_limits(fresh: records_mod.CodeObjectFile, archs) -> list[limits_mod.Breach]:
@@ -256,6 +294,10 @@ def update(root: Path, computed: Computed, archs: list[Arch], only: str | None =
         raise MhaCiError(f"not updating: {len(fresh.errors)} variants failed to compile (first: {fresh.errors[0]['key']})")
     if fresh.determinism is not None and not fresh.determinism.get("agree", False):
         raise MhaCiError("not updating: the determinism check failed (two fresh compiles disagree)")
+    if fresh.cache_mismatches:
+        raise MhaCiError(f"not updating: {len(fresh.cache_mismatches)} compile cache entries disagree with fresh "
+                         f"compiles (first: {fresh.cache_mismatches[0]['key']}); the cache is forged or corrupt, "
+                         "so other records from it may be wrong: run update with --no-cache")
     over = _over_limits(fresh, archs)
     if over:
         raise OverLimits(f"not updating: {len(over)} code objects exceed their arch's limits "

@@ -2,7 +2,8 @@
 
     mha-ci checksums compute [--toolchain T] [--arch A] [--executor E] [--out D]
     mha-ci checksums verify  [...]   exit 1 on any added / removed / changed variant, compile
-                                      error, nondeterministic compile, code object above its
+                                      error, nondeterministic compile, compile cache entry that
+                                      a fresh compile contradicts, code object above its
                                       arch's limits (archs.yaml) or spill above its record
     mha-ci checksums update  [...]   rewrite perf_baselines/code_objects/<toolchain>.json
                                       (refused when a code object is above its arch's limits)
@@ -18,9 +19,15 @@ pipelines/toolchains.yaml and every arch with a compile_target. `--toolchain hos
 the interpreter running the payload has installed (use with `--executor host`, e.g. on the
 H200, whose image has Triton 3.6). Files: <out>/code_objects/<toolchain>.json (fresh records),
 <toolchain>.verify.txt / .verify.json (the comparison).
+
+The compile cache is checked, not trusted (mha_ci.payloads.checksums): hits that claim a stored
+code object for changed inputs are compiled again, with --only every hit is, else a random
+share (--recheck) of them; the determinism sample is drawn at random too. The seed of both
+draws is in the output (--seed repeats them).
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -50,10 +57,26 @@ def register(sub) -> None:
     p.add_argument("--only", default=None, help="only variants whose key contains this (development aid; "
                                                  "verify then compares only those)")
     p.add_argument("--no-cache", action="store_true", help="compile everything (no on-disk compile cache)")
+    p.add_argument("--recheck", type=_share, default=None, metavar="SHARE",
+                   help="share of the compile cache's hits compiled again and compared with their entries "
+                        "(default 0.05, with --only 1; hits claiming a stored code object for changed inputs "
+                        "always are)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the determinism sample and recheck draws (default: drawn, shown in the output)")
     p.add_argument("--platform", choices=("cpu", "cuda"), default="cpu",
                    help="toolchain environment that compiles (default cpu; cuda: the sm90 jobs' "
                         "image or venv, to compare its code objects with the cpu one's)")
     p.set_defaults(handler=handle)
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share between 0 and 1")
+    return value
 
 
 def _split(values: list[str] | None) -> list[str]:
@@ -102,7 +125,8 @@ def handle(args) -> int:
         cpu_arch = next((a for a in pipeline.archs.values() if a.device == "none"), None)
         computed = checksums_job.compute(args.root, toolchain, archs, executor, out_dir, jobs=args.jobs,
                                          only=args.only, use_cache=not args.no_cache, job_arch=cpu_arch,
-                                         platform=args.platform if toolchain.name != HOST else "cpu")
+                                         platform=args.platform if toolchain.name != HOST else "cpu",
+                                         recheck=args.recheck, seed=args.seed)
         stats = computed.codeobjs.stats or {}
         print(f"mha-ci: {toolchain.name}: {len(computed.codeobjs.records)} code objects -> {computed.path} "
               f"({stats.get('total_s', '?')} s; {stats.get('cached', '?')} cached, {stats.get('compiled', '?')} compiled)")
@@ -121,7 +145,7 @@ def handle(args) -> int:
                 worst = max(worst, ExitCode.GATE_FAILED)
         else:   # compute: the records are the product; a compile error, nondeterminism or a
             # code object that cannot launch on its arch still fails
-            if verdict.compile_errors or verdict.nondeterministic or verdict.over_limits:
+            if verdict.compile_errors or verdict.nondeterministic or verdict.cache_mismatches or verdict.over_limits:
                 print(verdict.table, end="", file=sys.stderr)
                 worst = max(worst, ExitCode.GATE_FAILED)
     return int(worst)

@@ -45,7 +45,9 @@ def payload_environment(payload: PayloadRun, root: Path, pin_mode: str = "enforc
     inherited = os.environ.get("PYTHONPATH") if keep_pythonpath else None
     env["PYTHONPATH"] = str(root / "src") + (os.pathsep + inherited if inherited else "")
     env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"     # the checkout may be read-only (docker mounts it so)
+    if "PYTHONPYCACHEPREFIX" not in env:
+        # the checkout may be read-only (docker mounts it so); with a prefix nothing is written beside it
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["MHA_CI_OUT"] = str(payload.out_dir)
     env["MHA_CI_PINS"] = json.dumps({"toolchain": payload.toolchain.name, "mode": pin_mode,
                                      "pins": dict(payload.toolchain.pins)}, sort_keys=True)

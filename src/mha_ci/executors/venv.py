@@ -7,20 +7,43 @@ environment is reused exactly while the pins that made it are unchanged.
 Building is atomic: the environment is made in a temporary sibling folder and renamed into
 place only after `pip install` succeeded and a completion marker was written; a folder without
 the marker (a build killed halfway) is never used. A file lock per environment keeps two
-concurrent runs from building the same one twice. The environment is always entered as
-`<env>/bin/python -m ...`, never through bin/ scripts, whose shebang lines still name the
-temporary folder.
+concurrent runs (or clones sharing one cache) from building the same one twice, and one that
+must go is renamed out of the way before it is deleted, so nobody sees half of it. The
+environment is always entered as `<env>/bin/python -m ...`, never through bin/ scripts, whose
+shebang lines still name the temporary folder.
 
 A build killed with SIGKILL cannot remove its temporary folder (most of a gigabyte); the next
-build removes every `.<env>.building-*` folder whose environment's lock nobody holds. A cached
-environment is checked before its first use in a run: every file pip's RECORD lists for a pinned
-package must be there with its recorded size (compiled .pyc files aside: Python rewrites those).
-A damaged one (a deleted torch/__init__.py) is rebuilt; one still damaged after that is exit 3.
+build removes every `.<env>.building-*` folder whose environment's lock nobody holds.
+
+The cache folder can be written by others (CI restores it from another run's upload; clones may
+share it), so a cached environment is checked before its first use in a run against what cannot
+be forged from there (mha_ci.executors.wheel_manifest), and rebuilt when it differs (exit 3 when
+it still differs after that):
+- bin/python must resolve to the base interpreter that builds environments, pyvenv.cfg must
+  name that interpreter's folder as home (the standard library comes from there) and keep the
+  system site-packages out, and no bin/pyvenv.cfg may stand beside it (site.py reads that one
+  first). A script planted as bin/python is never started: nothing here runs it. The rest of
+  bin/ (console scripts), include/ and share/ are not looked at: nothing runs or imports them.
+- site-packages must hold exactly the files of the wheels whose sha256 the lock pins, byte for
+  byte. The manifest of those files is derived from the wheels themselves (their RECORD) when
+  the environment is built, or, on a machine that did not build it (a restored CI cache), from
+  the same wheels downloaded again (`pip download --require-hashes`; pip's own cache makes that
+  a copy); it is kept in the state folder (mha_ci.cache.state_root), outside the cache.
+- Hashing every byte (1.7 GB for triton-3.8's CPU environment) takes seconds, so it happens on a
+  machine's first use of an environment; the stat fingerprint of that check (device, inode,
+  size, mtime and ctime of every file) goes to the state folder, and a later run whose walk
+  gives the same fingerprint skips the hashing. Writing a file moves its ctime, replacing it
+  its inode, and neither can be set back by whoever writes the cache.
+- Python's bytecode is not checked: payloads run with PYTHONPYCACHEPREFIX in the state folder,
+  so the interpreter never reads a `__pycache__` folder of the environment. pip installs with
+  --no-compile, and the environment has no pip of its own (pip runs from the interpreter that
+  runs mha-ci, with --python naming the environment).
 """
 from __future__ import annotations
 
-import csv
+import dataclasses
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -31,15 +54,36 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from mha_ci.cache import cache_root
+from mha_ci.cache import cache_root, state_root
 from mha_ci.errors import EnvironmentProblem
 from mha_ci.executors.base import Executor, PayloadResult, PayloadRun
 from mha_ci.executors.local_process import run_python_payload
-from mha_ci.model.lockfile import lock_sha256, normalise
+from mha_ci.executors.wheel_manifest import Manifest, ManifestError, content_problem, derive, layout_problem, walk
+from mha_ci.files import write_atomic
+from mha_ci.model.lockfile import lock_sha256, read_hashes
 from mha_ci.model.types import Toolchain
 
 MARKER = "mha-ci-env.json"     # written last; its presence means "complete"
 BUILDING = ".building-"        # infix of the temporary folder a build works in
+PIP_TAIL_LINES = 15
+
+# What the base interpreter says about itself: what `python -m venv` writes into an environment.
+_BASE_PROBE = ("import json, os, sys; exe = sys._base_executable; print(json.dumps({"
+               "'version': sys.version.split()[0], 'executable': os.path.realpath(exe), "
+               "'home': os.path.dirname(os.path.abspath(exe)), 'platlibdir': sys.platlibdir}))")
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseInterpreter:
+    version: str          # 3.11.7
+    executable: str       # the binary bin/python must resolve to
+    home: str             # pyvenv.cfg's home
+    platlibdir: str       # lib, or lib64 on some distributions
+
+    @property
+    def site_rel(self) -> str:
+        major, minor = self.version.split(".")[:2]
+        return f"lib/python{major}.{minor}/site-packages"
 
 
 class VenvExecutor(Executor):
@@ -48,11 +92,14 @@ class VenvExecutor(Executor):
     def __init__(self, root: Path, *, cache: Path | None = None, base_python: str | None = None,
                  stream: TextIO | None = None) -> None:
         self.root = Path(root).resolve()
-        self.venvs = (cache or cache_root(self.root)) / "venvs"
+        cache = cache or cache_root(self.root)
+        self.venvs = cache / "venvs"
+        self.state = state_root(cache)
         # The interpreter the environments are made from; the lock files are resolved for 3.11.
         self.base_python = base_python or os.environ.get("MHA_CI_BASE_PYTHON") or sys.executable
         self.stream = stream or sys.stderr
-        self._verified: set[Path] = set()     # checked in this run: the check costs a stat per file
+        self._verified: set[Path] = set()     # checked in this run
+        self._manifests: dict[str, Manifest] = {}
 
     # ----------------------------------------------------------------- environments
     def env_path(self, toolchain: Toolchain) -> Path:
@@ -61,7 +108,8 @@ class VenvExecutor(Executor):
         return self.venvs / f"{toolchain.name}{platform}-{lock_sha256(toolchain.lock)[:12]}"
 
     def ensure_env(self, toolchain: Toolchain) -> Path:
-        """The toolchain's environment, built first if it does not exist yet."""
+        """The toolchain's environment, built first if it does not exist yet or is not what its
+        lock's wheels install."""
         if toolchain.installs_only:
             raise EnvironmentProblem(
                 f"toolchain {toolchain.name} on {toolchain.platform} installs only "
@@ -71,31 +119,39 @@ class VenvExecutor(Executor):
         if not toolchain.lock.is_file():
             raise EnvironmentProblem(f"toolchain {toolchain.name}: lock file {toolchain.lock} does not exist")
         target = self.env_path(toolchain)
-        if self._complete(target) and (target in self._verified or not self._damage(target, toolchain)):
+        if self._complete(target) and (target in self._verified or not self._problem(target, toolchain)):
             self._verified.add(target)
             return target
         self.venvs.mkdir(parents=True, exist_ok=True)
         with open(self._lock_path(target.name), "w") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)   # released when the file closes
             self._remove_stale_builds(target.name)
-            if self._complete(target):              # another run built it while we waited, or damaged
-                damage = self._damage(target, toolchain)
-                if not damage:
+            if self._complete(target):              # another run built it while we waited, or it differs
+                problem = self._problem(target, toolchain)
+                if not problem:
                     self._verified.add(target)
                     return target
-                self.stream.write(f"venv {target.name} is damaged ({damage}): rebuilding it\n")
-            if target.exists():                      # left behind by a build that died after rename
-                shutil.rmtree(target)
+                self.stream.write(f"venv {target.name} is not what its lock's wheels install ({problem}): "
+                                  "rebuilding it\n")
+            if target.exists() or target.is_symlink():   # left behind by a build that died after rename
+                self._set_aside(target)
             self._build(toolchain, target)
-            damage = self._damage(target, toolchain)
-            if damage:
-                raise EnvironmentProblem(f"venv {target} is damaged right after it was built ({damage}); "
-                                         f"see {self.venvs / (target.name + '.install.log')}")
+            problem = self._problem(target, toolchain)
+            if problem:
+                raise EnvironmentProblem(f"venv {target} is not what its lock's wheels install right after it "
+                                         f"was built ({problem}); see {self.venvs / (target.name + '.install.log')}")
         self._verified.add(target)
         return target
 
     def _lock_path(self, env_name: str) -> Path:
         return self.venvs / f".{env_name}.lock"
+
+    def _set_aside(self, target: Path) -> None:
+        """Rename out of the way (as a stale build folder: the next build removes it if this one
+        cannot), then delete: a concurrent reader never sees half of it under its name."""
+        aside = Path(tempfile.mkdtemp(prefix=f".{target.name}{BUILDING}old-", dir=self.venvs))
+        os.rename(target, aside / "env")
+        shutil.rmtree(aside, ignore_errors=True)
 
     def _remove_stale_builds(self, own: str) -> None:
         """Remove the temporary folders of builds that died. The caller holds `own`'s lock, so its
@@ -112,22 +168,6 @@ class VenvExecutor(Executor):
                     continue                          # that build is running now
                 shutil.rmtree(folder, ignore_errors=True)
 
-    def _damage(self, target: Path, toolchain: Toolchain) -> str | None:
-        """What is missing from the installed pinned packages (None when nothing is)."""
-        sites = sorted(target.glob("lib/python*/site-packages"))
-        if not sites:
-            return "no site-packages folder"
-        site = str(sites[0])
-        records = {normalise(info.name.split("-", 1)[0]): info / "RECORD" for info in sites[0].glob("*.dist-info")}
-        for package in toolchain.pins:
-            record = records.get(package)
-            if record is None or not record.is_file():
-                return f"{package}: no installed RECORD"
-            problem = _record_problem(site, record)
-            if problem:
-                return f"{package}: {problem}"
-        return None
-
     def _complete(self, target: Path) -> bool:
         marker = target / MARKER
         if not marker.is_file() or not (target / "bin" / "python").exists():
@@ -137,15 +177,143 @@ class VenvExecutor(Executor):
         except (OSError, ValueError):
             return False
 
-    def _base_version(self) -> str:
-        if not hasattr(self, "_base_version_cache"):
-            out = subprocess.run([self.base_python, "-c", "import sys; print(sys.version.split()[0])"],
-                                 capture_output=True, text=True)
+    # ----------------------------------------------------------------- the check
+    def _problem(self, target: Path, toolchain: Toolchain) -> str | None:
+        """What makes `target` other than an environment of the base interpreter holding exactly
+        the files of the lock's wheels (None when nothing does)."""
+        problem = self._interpreter_problem(target)
+        if problem:
+            return problem
+        base = self._base()
+        site = target / base.site_rel
+        if not site.is_dir():
+            return f"no {base.site_rel} folder"
+        manifest = self._manifest(toolchain)
+        found = walk(site)
+        problem = layout_problem(found, manifest)
+        if problem:
+            return problem
+        record = self.state / "venv-checks" / f"{target.name}-{hashlib.sha256(str(target).encode()).hexdigest()[:12]}.json"
+        expected = {"venv": str(target), "manifest": manifest.digest, "fingerprint": found.fingerprint()}
+        try:
+            if json.loads(record.read_text()) == expected:
+                return None                       # nothing changed since its last full check
+        except (OSError, ValueError):
+            pass
+        started = time.monotonic()
+        problem = content_problem(site, found, manifest)
+        if problem:
+            return problem
+        try:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(record, json.dumps(expected, indent=1) + "\n")
+        except (OSError, EnvironmentProblem) as exc:     # the next run hashes again: slower, not wrong
+            self.stream.write(f"venv: cannot keep the check of {target.name} in {record.parent}: {exc}\n")
+        size = sum(st.st_size for st in found.files.values())
+        self.stream.write(f"venv {target.name}: {len(found.files)} files ({size / 1e6:.0f} MB) match the wheels "
+                          f"{_relative(toolchain.lock, self.root)} pins ({time.monotonic() - started:.1f} s)\n")
+        return None
+
+    def _interpreter_problem(self, target: Path) -> str | None:
+        base = self._base()
+        python = target / "bin" / "python"
+        if os.path.realpath(python) != base.executable:
+            return f"bin/python is {os.path.realpath(python)}, not the base interpreter {base.executable}"
+        beside = target / "bin" / "pyvenv.cfg"
+        if beside.exists() or beside.is_symlink():
+            return "bin/pyvenv.cfg exists (site.py would read it instead of the environment's)"
+        try:
+            lines = (target / "pyvenv.cfg").read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            return f"pyvenv.cfg cannot be read: {exc}"
+        settings: dict[str, list[str]] = {}
+        for line in lines:
+            key, equals, value = line.partition("=")
+            if equals:
+                settings.setdefault(key.strip().lower(), []).append(value.strip())
+        home = settings.get("home", [""])[0]        # the interpreter takes the first one
+        if not home or os.path.realpath(home) != os.path.realpath(base.home):
+            return f"pyvenv.cfg names home {home!r}, not the base interpreter's {base.home}"
+        if settings.get("include-system-site-packages", []) != ["false"]:
+            return "pyvenv.cfg does not keep the system site-packages out"
+        for libdir in {"lib64", base.platlibdir} - {"lib"}:
+            path = target / libdir
+            if (path.exists() or path.is_symlink()) and not (path.is_symlink() and os.readlink(path) == "lib"):
+                return f"{libdir} is not the link to lib that venv makes"
+        return None
+
+    def _base(self) -> BaseInterpreter:
+        if not hasattr(self, "_base_cache"):
+            out = subprocess.run([self.base_python, "-I", "-c", _BASE_PROBE], capture_output=True, text=True)
             if out.returncode != 0:
                 raise EnvironmentProblem(f"cannot run base python {self.base_python}: {out.stderr.strip()}")
-            self._base_version_cache = out.stdout.strip()
-        return self._base_version_cache
+            self._base_cache = BaseInterpreter(**json.loads(out.stdout))
+        return self._base_cache
 
+    def _base_version(self) -> str:
+        return self._base().version
+
+    # ----------------------------------------------------------------- the manifest
+    def _manifest(self, toolchain: Toolchain) -> Manifest:
+        """The files the lock's wheels install: from the state folder, else derived from the
+        wheels downloaded again (one download at a time per lock, whatever the clone)."""
+        key = f"{lock_sha256(toolchain.lock)}-py{self._base_version()}"
+        if key in self._manifests:
+            return self._manifests[key]
+        path = self.state / "venv-manifests" / f"{key}.json"
+        manifest = _read_manifest(path)
+        if manifest is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path.with_name(f".{key}.lock"), "w") as lock_file:
+                fcntl.flock(lock_file, fcntl.LOCK_EX)
+                manifest = _read_manifest(path)
+                if manifest is None:
+                    shown = _relative(toolchain.lock, self.root)
+                    self.stream.write(f"venv: no file manifest of {shown} in {path.parent} yet: deriving it "
+                                      "from its pinned wheels ...\n")
+                    self.stream.flush()
+                    started = time.monotonic()
+                    with tempfile.TemporaryDirectory(prefix="mha-ci-wheels-") as wheels:
+                        manifest = self._derive(toolchain, self._download_wheels(toolchain.lock, Path(wheels),
+                                                                                 self.base_python))
+                    self._store_manifest(toolchain, manifest)
+                    self.stream.write(f"venv: manifest of {shown}: {len(manifest.files)} files "
+                                      f"({time.monotonic() - started:.1f} s)\n")
+        self._manifests[key] = manifest
+        return manifest
+
+    def _derive(self, toolchain: Toolchain, wheels: list[Path]) -> Manifest:
+        try:
+            return derive(wheels, read_hashes(toolchain.lock), self._base().site_rel)
+        except ManifestError as exc:
+            raise EnvironmentProblem(f"toolchain {toolchain.name}: the wheels of {toolchain.lock} make no file "
+                                     f"manifest: {exc}") from None
+        except (OSError, ValueError) as exc:        # a zip that does not open, a RECORD that does not parse
+            raise EnvironmentProblem(f"toolchain {toolchain.name}: cannot read the wheels of {toolchain.lock}: "
+                                     f"{exc}") from None
+
+    def _store_manifest(self, toolchain: Toolchain, manifest: Manifest) -> None:
+        key = f"{lock_sha256(toolchain.lock)}-py{self._base_version()}"
+        path = self.state / "venv-manifests" / f"{key}.json"
+        self._manifests[key] = manifest
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, manifest.to_text() + "\n")
+        except (OSError, EnvironmentProblem) as exc:     # the next run derives it again: slower, not wrong
+            self.stream.write(f"venv: cannot keep the manifest of {toolchain.lock} in {path.parent}: {exc}\n")
+
+    def _download_wheels(self, lock: Path, dest: Path, python: str) -> list[Path]:
+        """`pip download` of exactly the lock's files for `python`, with the pip of the interpreter
+        running mha-ci (never one from the cache); pip checks each against the lock's hashes."""
+        cmd = [sys.executable, "-m", "pip", "--python", python, "download", "--no-input", "--no-deps",
+               "--require-hashes", "--progress-bar", "off", "-r", str(lock), "-d", str(dest)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-PIP_TAIL_LINES:])
+            raise EnvironmentProblem(f"`pip download -r {lock}` for {python} failed (exit {proc.returncode}):\n{tail}")
+        return sorted(dest.iterdir())
+
+    # ----------------------------------------------------------------- building
     def _build(self, toolchain: Toolchain, target: Path) -> None:
         shown_lock = _relative(toolchain.lock, self.root)
         self.stream.write(f"creating venv for {toolchain.name} from {shown_lock} ...\n")
@@ -153,13 +321,24 @@ class VenvExecutor(Executor):
         started = time.monotonic()
         temp = Path(tempfile.mkdtemp(prefix=f".{target.name}{BUILDING}", dir=self.venvs))
         log_path = self.venvs / f"{target.name}.install.log"
+        python = str(temp / "bin" / "python")
         try:
-            with open(log_path, "w") as log:
-                self._step([self.base_python, "-m", "venv", str(temp)], log, log_path, toolchain)
+            with open(log_path, "w") as log, tempfile.TemporaryDirectory(prefix="mha-ci-wheels-") as wheelhouse:
+                self._step([self.base_python, "-m", "venv", "--without-pip", str(temp)], log, log_path, toolchain)
                 # pip finds torch's CPU wheel through its configured find-links (/opt/wheels here),
-                # so the caller's pip configuration stays in the environment of this step.
-                self._step([str(temp / "bin" / "python"), "-m", "pip", "install", "--no-input",
-                            "--require-hashes", "--no-deps", "-r", str(toolchain.lock)], log, log_path, toolchain)
+                # so the caller's pip configuration stays in the environment of these steps.
+                log.write(f"$ pip --python {python} download --require-hashes -r {toolchain.lock}\n")
+                try:
+                    wheels = self._download_wheels(toolchain.lock, Path(wheelhouse), python)
+                except EnvironmentProblem as exc:
+                    log.write(f"{exc}\n")
+                    raise EnvironmentProblem(f"creating the venv for toolchain {toolchain.name} failed at the "
+                                             f"download of its wheels; full log: {log_path}\n{exc}") from None
+                log.write("downloaded: " + " ".join(w.name for w in wheels) + "\n")
+                self._store_manifest(toolchain, self._derive(toolchain, wheels))
+                self._step([sys.executable, "-m", "pip", "--python", python, "install", "--no-input", "--no-deps",
+                            "--require-hashes", "--no-index", "--no-compile", "--find-links", wheelhouse,
+                            "-r", str(toolchain.lock)], log, log_path, toolchain)
             (temp / MARKER).write_text(json.dumps({
                 "toolchain": toolchain.name, "platform": toolchain.platform, "lock": str(toolchain.lock), "lock_sha256": lock_sha256(toolchain.lock),
                 "base_python": self.base_python, "base_python_version": self._base_version(),
@@ -178,30 +357,24 @@ class VenvExecutor(Executor):
         proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             log.flush()
-            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-PIP_TAIL_LINES:])
             raise EnvironmentProblem(f"creating the venv for toolchain {toolchain.name} failed at "
                                      f"`{' '.join(cmd[:4])} ...` (exit {proc.returncode}); full log: {log_path}\n{tail}")
 
     # ----------------------------------------------------------------- running
     def run(self, payload: PayloadRun) -> PayloadResult:
         env = self.ensure_env(payload.toolchain)
+        # Bytecode goes to (and is read from) the state folder: never from the cache's __pycache__.
+        payload = dataclasses.replace(payload, env={**payload.env, "PYTHONPYCACHEPREFIX": str(self.state / "pycache")})
         return run_python_payload(str(env / "bin" / "python"), payload, self.root, executor=self.name,
                                   stream=self.stream, provenance={"venv": str(env)})
 
 
-def _record_problem(site: str, record: Path) -> str | None:
-    """The first file of a RECORD that is missing or has another size than recorded."""
-    with open(record, newline="", encoding="utf-8", errors="replace") as handle:
-        for row in csv.reader(handle):
-            if not row or "__pycache__" in row[0] or row[0].endswith(".pyc"):
-                continue
-            try:
-                size = os.stat(os.path.join(site, row[0])).st_size
-            except OSError:
-                return f"{row[0]} is missing"
-            if len(row) > 2 and row[2].isdigit() and int(row[2]) != size:
-                return f"{row[0]} has {size} bytes, {row[2]} when installed"
-    return None
+def _read_manifest(path: Path) -> Manifest | None:
+    try:
+        return Manifest.from_text(path.read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _relative(path: Path, root: Path) -> str:

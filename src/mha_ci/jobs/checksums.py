@@ -41,6 +41,9 @@ def run_job(job: Job, ctx: JobContext) -> JobResult:
             parts.append(f"{len(verdict.compile_errors)} compile errors")
         if verdict.nondeterministic:
             parts.append("nondeterministic compile")
+        if verdict.cache_mismatches:
+            parts.append(f"{len(verdict.cache_mismatches)} compile cache entries disagree with fresh compiles "
+                         "(forged or corrupt cache)")
         message, result_verdict, code = "; ".join(parts), "fail", ExitCode.GATE_FAILED
     else:
         message, result_verdict, code = f"{len(computed.codeobjs.records)} code objects match", "pass", ExitCode.OK

@@ -11,6 +11,7 @@ from pathlib import Path
 
 # `name==version \` opens each requirement; the `--hash=...` continuation lines follow it.
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
+_HASH = re.compile(r"--hash=sha256:([0-9a-fA-F]{64})\b")
 
 
 def normalise(name: str) -> str:
@@ -41,3 +42,22 @@ def read_pins(path: Path) -> dict[str, str]:
             raise ValueError(f"{path}:{number}: '{name}' is pinned twice")
         pins[name] = match.group(2)
     return pins
+
+
+def read_hashes(path: Path) -> dict[str, frozenset[str]]:
+    """Normalised package name -> the sha256 (lower-case hex) of every file the lock allows for
+    it (a pin may list one wheel per Python version). These pins, in the checkout, are what a
+    toolchain environment in the cache is checked against (mha_ci.executors.wheel_manifest)."""
+    hashes: dict[str, set[str]] = {}
+    current: str | None = None
+    for raw in Path(path).read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        match = _PIN.match(line)
+        if match:
+            current = normalise(match.group(1))
+            hashes.setdefault(current, set())
+        if current is not None:
+            hashes[current].update(h.lower() for h in _HASH.findall(line))
+        if not line.endswith("\\"):
+            current = None
+    return {name: frozenset(found) for name, found in hashes.items()}

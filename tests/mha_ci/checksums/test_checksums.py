@@ -196,14 +196,111 @@ def test_judge_flags_missing_store_compile_errors_and_nondeterminism(tmp_path):
     assert not verdict.failed, verdict.table
 
 
-def test_pick_sample_spreads_over_archs():
+def test_pick_sample_is_drawn_per_seed_one_per_arch_first():
+    import random
+
     from mha_ci.payloads.checksums import pick_sample
 
-    recs = [rec(f"{arch}/{p}/default/{k}/fp16-d128-causal") for arch in ("gfx942", "sm90")
-            for p, k in (("forward", "fwd"), ("backward", "bwd_dq"))]
-    picked = pick_sample(recs, 3)
-    assert picked[:2] == ["gfx942/forward/default/fwd/fp16-d128-causal", "sm90/forward/default/fwd/fp16-d128-causal"]
-    assert len(picked) == 3 and len(set(picked)) == 3
+    recs = [rec(f"{arch}/{p}/default/{k}/fp16-d{d}-causal") for arch in ("gfx942", "sm90")
+            for p, k in (("forward", "fwd"), ("backward", "bwd_dq")) for d in (64, 128)]
+    draws = {tuple(pick_sample(recs, 3, random.Random(seed))) for seed in range(40)}
+    assert all(len(set(d)) == 3 and {k.split("/")[0] for k in d[:2]} == {"gfx942", "sm90"} for d in draws)
+    assert len(draws) > 10                              # anew each run, not a fixed set
+    assert {k for d in draws for k in d} == {r.key for r in recs}    # any variant may be drawn
+    assert pick_sample(recs, 3, random.Random(7)) == pick_sample(recs, 3, random.Random(7))   # --seed repeats it
+
+
+def _variant(key: str, source="s1", config="c1", inputs="i1"):
+    return SimpleNamespace(key=key, source_hash=source, config_hash=config, inputs_hash=inputs)
+
+
+def test_claims_of_the_stored_code_object_for_changed_inputs():
+    from mha_ci.payloads.checksums import unchanged_claims
+
+    stored = {r.key: r for r in (rec("sm90/forward/default/fwd/a", source_hash="s1", config_hash="c1", inputs_hash="i1"),
+                                 rec("sm90/forward/default/fwd/b", source_hash="s1", config_hash="c1", inputs_hash="i1"),
+                                 rec("sm90/forward/default/fwd/c", source_hash="s1", config_hash="c1", inputs_hash="i1"))}
+    same = {"sha256": "a" * 64}
+    variants = [_variant("sm90/forward/default/fwd/a"),                  # inputs as recorded: nothing to hide
+                _variant("sm90/forward/default/fwd/b", source="s2"),     # kernel edited, same code claimed
+                _variant("sm90/forward/default/fwd/c", config="c2"),     # config edited, other code claimed
+                _variant("sm90/forward/default/fwd/d", inputs="i2")]     # not stored: verify says "added"
+    hits = {"sm90/forward/default/fwd/a": same, "sm90/forward/default/fwd/b": same,
+            "sm90/forward/default/fwd/c": {"sha256": "b" * 64}, "sm90/forward/default/fwd/d": same}
+    assert unchanged_claims(variants, hits, stored) == {"sm90/forward/default/fwd/b"}
+    # records of another Triton: every hit that claims a stored code object is a claim
+    assert unchanged_claims(variants, hits, stored, triton_moved=True) == {"sm90/forward/default/fwd/a",
+                                                                          "sm90/forward/default/fwd/b"}
+
+
+def test_rechecks_take_every_claim_and_a_drawn_share_of_the_rest():
+    import random
+
+    from mha_ci.payloads.checksums import pick_rechecks
+
+    hits = [f"k{i:03d}" for i in range(200)]
+    picked = pick_rechecks(hits, {"k005", "k150"}, 0.05, random.Random(1))
+    assert picked[:2] == ["k005", "k150"] and len(picked) == 2 + 10 and len(set(picked)) == 12
+    assert picked == pick_rechecks(hits, {"k005", "k150"}, 0.05, random.Random(1))
+    assert picked != pick_rechecks(hits, {"k005", "k150"}, 0.05, random.Random(2))
+    assert sorted(pick_rechecks(hits, set(), 1.0, random.Random(1))) == hits
+    assert pick_rechecks(hits, set(), 0.0, random.Random(1)) == []
+    assert len(pick_rechecks(hits[:3], set(), 0.05, random.Random(1))) == 1     # at least one when there are hits
+
+
+def test_a_hit_that_a_fresh_compile_contradicts_is_replaced_and_reported(tmp_path, monkeypatch):
+    from mha_ci.checksums.cache import CompileCache
+    from mha_ci.checksums.compile import CompileResult
+    from mha_ci.payloads import checksums as payload
+
+    cache = CompileCache(tmp_path / "cache")
+    real = {"sha256": "a" * 64, "shared_bytes": 1024, "registers": 40, "spills": 0, "extra": {}, "seconds": 1.0,
+            "error": None, "refused": None}
+    cache.put("key-ok", real)
+    cache.put("key-forged", real | {"sha256": "f" * 64})
+    cache.put("key-lies-about-spills", real | {"spills": 0, "registers": 40})
+    results = {k: cache.get(f"key-{k}") for k in ("ok", "forged", "lies-about-spills")}
+    fresh = {"ok": CompileResult("ok", "a" * 64, 1024, 40, 0, {}, 2.0),
+             "forged": CompileResult("forged", "a" * 64, 1024, 40, 0, {}, 2.0),
+             "lies-about-spills": CompileResult("lies-about-spills", "a" * 64, 1024, 255, 12, {}, 2.0)}
+    monkeypatch.setattr(payload, "compile_all", lambda tasks, jobs, progress: [progress(fresh[t]) for t in tasks])
+    mismatches: list[dict] = []
+    payload._compile(list(fresh), 1, results, cache, {k: f"key-{k}" for k in fresh}, 0.0,
+                     rechecked=set(fresh), mismatches=mismatches)
+    assert [m["key"] for m in mismatches] == ["forged", "lies-about-spills"]
+    assert mismatches[0]["cached"] == "f" * 64 and mismatches[0]["fresh"] == "a" * 64
+    assert results["forged"]["sha256"] == "a" * 64 and results["lies-about-spills"]["spills"] == 12
+    assert cache.get("key-forged")["sha256"] == "a" * 64        # the entry now holds the fresh compile
+    assert results["ok"]["seconds"] == 1.0                     # an entry that agrees stays as it was
+
+
+def test_a_cache_mismatch_fails_verify_and_update_with_what_to_do(tmp_path):
+    from mha_ci.checksums.verify import Computed, judge, update
+    from mha_ci.errors import MhaCiError
+
+    out = tmp_path / "out" / "code_objects" / "triton-3.4.json"
+    check = {"seed": 7, "share": 1.0, "hits": 8, "claims": 0, "rechecked": [rec().key],
+             "mismatches": [{"key": rec().key, "cached": "f" * 64, "fresh": "a" * 64, "found_by": "compiled again"}]}
+    fresh = CodeObjectFile({"name": "triton-3.4", "triton": "3.4.0"}, (rec(),), {"sample": [rec().key], "agree": True,
+                                                                                 "seed": 7}, cache_check=check)
+    records.dump(fresh, out)
+    records.dump(fresh, tmp_path / "perf_baselines" / "code_objects" / "triton-3.4.json", stored=True)
+    arch = SimpleNamespace(name="gfx950", compile_target=("hip", "gfx950", 64))
+    verdict = judge(tmp_path, Computed(records.load(out), out, 1.0), [arch])
+    assert verdict.failed and verdict.cache_mismatches and not verdict.differences
+    assert f"COMPILE CACHE: {rec().key}: the cached entry says sha ffffffffffffffff, a fresh compile gives " \
+           "aaaaaaaaaaaaaaaa (compiled again); the cache is forged or corrupt" in verdict.table
+    assert "compile cache: 1 of 8 hits compiled again (every hit of an --only run; seed 7): 1 differ" in verdict.table
+    assert "(seed 7)" in verdict.table and verdict.to_json()["cache_check"]["seed"] == 7
+    with pytest.raises(MhaCiError, match="not updating: 1 compile cache entries disagree"):
+        update(tmp_path, Computed(records.load(out), out, 1.0), [arch])
+    clean = replace(fresh, cache_check=check | {"mismatches": [], "share": 0.05, "claims": 1})
+    records.dump(clean, out)
+    verdict = judge(tmp_path, Computed(records.load(out), out, 1.0), [arch])
+    assert not verdict.failed, verdict.table
+    assert ("compile cache: 1 of 8 hits compiled again (1 claiming the stored code object for changed inputs (the "
+            "notes above: `mha-ci checksums update` refreshes their records), 5% of the rest drawn; seed 7): "
+            "identical") in verdict.table, verdict.table
 
 
 def test_cli_resolution_errors(tmp_path):
@@ -275,6 +372,9 @@ def test_run_job_passes_and_fails_through_the_runner_contract(tmp_path):
     args = executor.runs[0].args
     assert "gfx950=hip:gfx950:64" in args and "interpreter" not in " ".join(args)
     assert "--lock-sha256" in args and executor.runs[0].module == "checksums"
+    # the claims of the cache are checked against the stored records; the draws are the payload's
+    assert args[args.index("--stored") + 1] == "perf_baselines/code_objects/triton-3.4.json"
+    assert "--recheck" not in args and "--seed" not in args
     assert "code_objects/triton-3.4.verify.txt" in result.artifacts
 
     changed = replace(fresh, records=(rec(sha256="b" * 64, shared_bytes=106496),))

@@ -43,11 +43,12 @@ def make_checkout(dest: Path, kernel_package: Path) -> Path:
     return dest
 
 
-def compute(root: Path, toolchain: str = "triton-3.8", only: str = ONLY, archs=ARCHS, sample: int = 1):
+def compute(root: Path, toolchain: str = "triton-3.8", only: str = ONLY, archs=ARCHS, sample: int = 1,
+            recheck: float | None = None):
     pipeline = load_pipeline(root)
     chosen = [pipeline.archs[a] for a in archs]
     computed = checksums_job.compute(root, pipeline.toolchains[toolchain], chosen, VenvExecutor(root, cache=VENVS),
-                                     root / "out", only=only, determinism_sample=sample)
+                                     root / "out", only=only, determinism_sample=sample, recheck=recheck)
     return computed, checksums_job.judge(root, computed, chosen, only)
 
 
@@ -211,3 +212,54 @@ def test_only_matching_no_variant_is_a_usage_error(tmp_path, capsys):
     assert main(["--root", str(root), "checksums", "verify", *args]) == 2
     err = capsys.readouterr().err
     assert "no variant matches --only 'fp16-d64-plian'" in err and "closest keys: sm90/" in err, err
+
+
+def _cache_entry_of(checkout: Path, sha: str) -> Path:
+    found = [p for p in (checkout / ".cache" / "checksums").rglob("*.json") if json.loads(p.read_text())["sha256"] == sha]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_a_forged_cache_entry_with_a_matching_record_fails_verify_only(checkout, capsys):
+    """Issue 34's probe: a variant outside the determinism sample (a backward one: the sample
+    used to be the forward kernels) gets a forged sha in the compile cache and the same sha in
+    the stored record. `verify --only` compiles every variant it selects again, so it fails."""
+    stored_path = checkout / "perf_baselines" / "code_objects" / "triton-3.8.json"
+    stored = json.loads(stored_path.read_text())
+    victim = next(r for r in stored["records"] if "/backward/" in r["key"])
+    real, forged = victim["sha256"], "f" * 64
+    entry = _cache_entry_of(checkout, real)
+    entry.write_text(entry.read_text().replace(real, forged))
+    stored_path.write_text(json.dumps(stored).replace(real, forged))
+    args = ["--toolchain", "triton-3.8", "--arch", "gfx942", "--arch", "sm90", "--only", ONLY]
+    code = main(["--root", str(checkout), "checksums", "verify", *args])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert f"COMPILE CACHE: {victim['key']}: the cached entry says sha {forged[:16]}" in out, out
+    assert json.loads(entry.read_text())["sha256"] == real          # the entry now holds the fresh compile
+    assert main(["--root", str(checkout), "checksums", "verify", "--no-cache", *args]) == 1
+
+
+def test_a_forged_claim_of_no_change_is_compiled_again_whatever_the_share(checkout):
+    """A kernel edit changes the forward variants' code objects; their cache entries (new keys:
+    the sources changed) are then forged to claim the stored code objects, as an author hiding
+    the change would. With no random share at all (recheck 0), each hit that claims the stored
+    code object for changed inputs is still compiled again: the run fails naming the cache."""
+    kernel = checkout / "src" / "mha" / "kernels" / "toy.py"
+    kernel.write_text(kernel.read_text().replace("return s * scale", "return s * scale * 0.5"))
+    computed, verdict = compute(checkout)
+    changed = {d.key for d in verdict.differences if d.is_failure}
+    assert changed and all(d.status == "changed" for d in verdict.differences if d.is_failure), verdict.table
+    stored = records.load(checkout / "perf_baselines" / "code_objects" / "triton-3.8.json").by_key()
+    for record in computed.codeobjs.records:
+        if record.key in changed:
+            entry = _cache_entry_of(checkout, record.sha256)
+            data = json.loads(entry.read_text())
+            old = stored[record.key]
+            data.update(sha256=old.sha256, shared_bytes=old.shared_bytes, registers=old.registers, spills=old.spills,
+                        extra=old.extra)
+            entry.write_text(json.dumps(data))
+    computed, verdict = compute(checkout, recheck=0.0)
+    assert {m["key"] for m in verdict.cache_mismatches} == changed, verdict.table
+    assert computed.codeobjs.cache_check["claims"] == len(changed) and verdict.failed
+    assert {d.key for d in verdict.differences if d.is_failure} == changed      # the fresh compiles are the records

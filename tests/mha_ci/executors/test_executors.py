@@ -101,7 +101,8 @@ def test_timeout_kills_the_payload_and_says_so(tmp_path):
 # --------------------------------------------------------------------------- venv executor
 
 @pytest.fixture
-def tiny_lock(tmp_path) -> Path:
+def tiny_lock(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("MHA_CI_STATE", str(tmp_path / "state"))
     lock = tmp_path / "containers" / "tiny" / "requirements.lock"
     lock.parent.mkdir(parents=True)
     lock.write_text(TINY_LOCK)
@@ -126,6 +127,11 @@ def test_venv_is_built_once_reused_and_named_by_lock_hash(tmp_path, tiny_lock):
     assert stream.getvalue().count("creating venv for tiny from containers/tiny/requirements.lock ...") == 1
     assert "done in" in stream.getvalue()
     assert (env / MARKER).is_file()
+    # exactly the pinned wheel: no pip of its own, no bytecode; its manifest kept outside the cache
+    site = next(env.glob("lib/python*/site-packages"))
+    assert sorted(p.name for p in site.iterdir()) == ["iniconfig", "iniconfig-2.3.1.dist-info"]
+    assert not list(env.rglob("*.pyc"))
+    assert len(list((tmp_path / "state" / "venv-manifests").glob("*.json"))) == 1
 
     # the payload really runs in it, with the pins checked
     result = executor.run(_payload(tmp_path, toolchain))
@@ -170,74 +176,8 @@ def test_missing_lock_file_is_an_environment_problem(tmp_path):
         executor.ensure_env(_toolchain("gone", {}, lock=tmp_path / "nope.lock"))
 
 
-# A stand-in for a built environment, made in milliseconds: the marker, bin/python, and one
-# installed package whose RECORD lists its files (what pip leaves behind).
-def _fake_env(executor: VenvExecutor, target: Path) -> None:
-    import json
-    import sys
-    site = target / "lib" / "python3.11" / "site-packages"
-    (site / "iniconfig").mkdir(parents=True)
-    (site / "iniconfig" / "__init__.py").write_text("VERSION = '2.3.1'\n")
-    info = site / "iniconfig-2.3.1.dist-info"
-    info.mkdir()
-    (info / "RECORD").write_text("iniconfig/__init__.py,sha256=x,18\niniconfig/__pycache__/__init__.cpython-311.pyc,,\n"
-                                 "iniconfig-2.3.1.dist-info/RECORD,,\n")
-    (target / "bin").mkdir()
-    (target / "bin" / "python").symlink_to(sys.executable)
-    (target / MARKER).write_text(json.dumps({"base_python_version": executor._base_version()}))
-
-
-@pytest.fixture
-def fake_builds(tmp_path, tiny_lock, monkeypatch) -> tuple[VenvExecutor, Toolchain, list[Path]]:
-    executor = VenvExecutor(tmp_path, cache=tmp_path / "cache", stream=io.StringIO())
-    builds: list[Path] = []
-
-    def build(toolchain, target):
-        builds.append(target)
-        _fake_env(executor, target)
-    monkeypatch.setattr(executor, "_build", build)
-    return executor, _toolchain("tiny", {"iniconfig": "2.3.1"}, lock=tiny_lock), builds
-
-
-def test_a_cached_venv_missing_an_installed_file_is_rebuilt(fake_builds):
-    executor, toolchain, builds = fake_builds
-    env = executor.ensure_env(toolchain)
-    assert VenvExecutor(executor.root, cache=executor.venvs.parent).ensure_env(toolchain) == env and len(builds) == 1
-    (env / "lib" / "python3.11" / "site-packages" / "iniconfig" / "__init__.py").unlink()
-    fresh = VenvExecutor(executor.root, cache=executor.venvs.parent, stream=io.StringIO())
-    fresh._build = executor._build          # type: ignore[method-assign]
-    assert fresh.ensure_env(toolchain) == env and len(builds) == 2
-    assert "iniconfig/__init__.py" in fresh.stream.getvalue()       # type: ignore[attr-defined]
-
-
-def test_a_venv_still_damaged_after_its_rebuild_is_an_environment_problem(fake_builds, monkeypatch):
-    executor, toolchain, builds = fake_builds
-    build = executor._build
-
-    def broken_build(toolchain, target):
-        build(toolchain, target)
-        (target / "lib" / "python3.11" / "site-packages" / "iniconfig-2.3.1.dist-info" / "RECORD").unlink()
-    monkeypatch.setattr(executor, "_build", broken_build)
-    with pytest.raises(EnvironmentProblem, match="iniconfig"):
-        executor.ensure_env(toolchain)
-
-
-def test_stale_build_folders_are_removed_but_not_one_in_progress(fake_builds):
-    import fcntl
-    executor, toolchain, builds = fake_builds
-    venvs = executor.venvs
-    venvs.mkdir(parents=True)
-    name = executor.env_path(toolchain).name
-    killed_here = venvs / f".{name}.building-abc123"            # this environment's build, killed
-    killed_other = venvs / ".other-0123456789ab.building-def456"  # an older lock's build, killed
-    in_progress = venvs / ".busy-0123456789ab.building-ghi789"   # another process builds it now
-    for folder in (killed_here, killed_other, in_progress):
-        (folder / "lib").mkdir(parents=True)
-    with open(venvs / ".busy-0123456789ab.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        executor.ensure_env(toolchain)
-        assert not killed_here.exists() and not killed_other.exists()
-        assert in_progress.is_dir()
+# The checks of a cached environment against its lock's wheels, with a stand-in for pip:
+# tests/mha_ci/fault_injection/test_forged_caches.py.
 
 
 # --------------------------------------------------------------------------- docker image choice

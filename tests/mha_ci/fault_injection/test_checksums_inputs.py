@@ -166,6 +166,18 @@ def test_only_passes_through_when_it_matches(checkout):
     assert args[args.index("--only") + 1] == "fp16-d64"
 
 
+def test_recheck_and_seed_go_to_the_payload_and_a_share_outside_0_1_is_exit_2(checkout, capsys):
+    root, state = checkout
+    assert checksums(root, "verify", "--recheck", "0.25", "--seed", "11") == 0
+    args = state["payload"].runs[0].args
+    assert args[args.index("--recheck") + 1] == "0.25" and args[args.index("--seed") + 1] == "11"
+    assert args[args.index("--stored") + 1] == str(STORED)
+    for bad in ("2", "-0.1", "some"):
+        with pytest.raises(SystemExit) as info:
+            checksums(root, "verify", "--recheck", bad)
+        assert info.value.code == 2 and "is not a share between 0 and 1" in capsys.readouterr().err
+
+
 def test_variant_closest_keys_prefer_the_segment_that_is_nearly_typed():
     from mha_ci.checksums.variants import closest_keys
 
