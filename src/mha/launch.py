@@ -342,9 +342,8 @@ def without_warp_specialization(spec: KernelSpec) -> KernelSpec:
 
 def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
     # Device-side descriptors are written to global memory at launch; Triton asks for the room.
-    # Zeroed: the descriptor is built through the tensormap proxy, whose writes compute-sanitizer's
-    # initcheck does not see, so on uninitialised memory every descriptor use is reported as a
-    # read of uninitialised memory (the memcheck job); a defined start costs one small memset.
+    # Zeroed: on torch.empty memory the memcheck job's initcheck reported reads at descriptor
+    # creation (docs/records/2026-12-02-h200-memcheck); a defined start costs one small memset.
     return torch.zeros(size, dtype=torch.int8, device="cuda")
 
 
