@@ -167,3 +167,14 @@ def publish(folder: Path, files: tuple[str, ...], write: Callable[[Path], object
                                  "run is left there (and none of an earlier one): no verdict") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def unique_keys(pairs: list, duplicate) -> dict:
+    """json.loads' object_pairs_hook that refuses a repeated key: JSON leaves it undefined (Python
+    keeps the last, other readers the first). `duplicate(key)` makes the exception raised."""
+    found: dict = {}
+    for key, value in pairs:
+        if key in found:
+            raise duplicate(key)
+        found[key] = value
+    return found

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mha_ci.errors import ConfigError
-from mha_ci.files import read_capped
+from mha_ci.files import read_capped, unique_keys
 
 SCHEMA = "mha-ci.codeobj/1"
 
@@ -214,12 +214,7 @@ def parse(data: dict, source: str = "<data>") -> CodeObjectFile:
 
 
 def _unique_keys(pairs: list) -> dict:
-    seen: dict = {}
-    for key, value in pairs:
-        if key in seen:
-            raise RecordFileError(f"duplicate JSON key {key!r}")
-        seen[key] = value
-    return seen
+    return unique_keys(pairs, lambda key: RecordFileError(f"duplicate JSON key {key!r}"))
 
 
 def load(path: Path) -> CodeObjectFile:

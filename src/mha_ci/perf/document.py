@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TypeGuard
 
 from mha_ci.errors import ConfigError
-from mha_ci.files import read_capped, write_atomic
+from mha_ci.files import read_capped, unique_keys, write_atomic
 from mha_ci.perf.buckets import bucket_of
 from mha_ci.perf.shapes import parse_key
 from mha_ci.perf.stats import Method, shape_stats
@@ -76,14 +76,9 @@ class _DuplicateKey(ValueError):
 
 
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    """An object of the document; JSON leaves a repeated key undefined (Python keeps the last, other
-    readers the first), so two readers of one file could see two different times."""
-    found: dict = {}
-    for key, value in pairs:
-        if key in found:
-            raise _DuplicateKey(f"duplicate key {key!r} in one object")
-        found[key] = value
-    return found
+    """An object of the document: a repeated key is refused, so two readers of one file cannot
+    see two different times."""
+    return unique_keys(pairs, lambda key: _DuplicateKey(f"duplicate key {key!r} in one object"))
 
 
 # Every number of a perf document is used as a float; a longer integer does not fit one (the gate
