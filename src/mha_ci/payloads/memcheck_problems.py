@@ -34,12 +34,6 @@ VARLEN_Q = (77, 0, 211, 1, 130)
 VARLEN_K = (133, 0, 97, 5, 129)
 
 
-def describe_geometries(varlen: bool) -> list[str]:
-    if varlen:
-        return [f"varlen q{list(VARLEN_Q)} k{list(VARLEN_K)}"]
-    return [f"b{g.batch} sq{g.seqlen_q} sk{g.seqlen_k}" for g in DENSE]
-
-
 def _own(torch, shape, dtype, device, requires_grad=False):
     t = torch.randn(shape, dtype=torch.float32, device=device).to(dtype)
     return t.requires_grad_(requires_grad)
