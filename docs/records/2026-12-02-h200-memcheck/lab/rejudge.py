@@ -23,7 +23,7 @@ known = yaml.safe_load(Path("pipelines/known_failures.yaml").read_text())["known
 for archive in sorted(RAW.glob("call*-mc-*.tgz")):
     with tarfile.open(archive) as tar:
         members = {m.name: m for m in tar.getmembers() if m.isfile()}
-        for name in sorted(n for n in members if n.endswith("/report.json")):
+        for name in sorted(n for n in members if n.endswith("/report.json") and "/memcheck-" in n):
             report = json.load(tar.extractfile(members[name]))
             logs = name.rsplit("/", 1)[0] + "/logs/"
             for test in report["self_tests"]:
