@@ -64,7 +64,7 @@ def measurer(root: Path, pipeline, arch: str, toolchain: str, good: str, keys: l
             materialise(root, sha, checkout)
             sides.append(make_executor(checkout))
         started = time.monotonic()
-        docs = measure_against(tuple(sides), (good, commit), pipeline, toolchain, arch, Path(out), rel)
+        docs = measure_against(tuple(sides), (good, commit), pipeline, toolchain, arch, Path(out), rel, numerics=False)
         seconds = time.monotonic() - started
         comparison = compare(docs["base"], docs["head"], policy)
         write_atomic(Path(out) / rel / "compare.json", json.dumps(comparison.to_dict(), indent=1) + "\n")

@@ -3,7 +3,7 @@
     mha-ci perf shapes    [--subset pr|full] [--shape GLOB ...] [--out DIR] [--format text|json]
     mha-ci perf measure   [--toolchain T] [--arch A] [--subset pr|full] [--executor E] [--out D]
                           [--kernel mha|sdpa] [--shape GLOB ...] [--repeat N] [--interleave T2 [--chunks N]]
-                          [--against REF]
+                          [--against REF] [--no-numerics]
     mha-ci perf compare   BASE CAND [--format text|md|json] [--out D] [--cross-toolchain]
     mha-ci perf calibrate A B [--planted P] [--format md|json] [--out D]
     mha-ci perf merge     CHUNK.json ... --out FILE
@@ -91,6 +91,9 @@ def register(sub):
     p.add_argument("--against", metavar="REF",
                    help="also measure the kernel (src/mha) of git REF, same toolchain and GPU, taking turns "
                         "shape by shape with the working tree, and gate the working tree against it")
+    p.add_argument("--no-numerics", dest="numerics", action="store_false",
+                   help="time only: skip each shape's output digests and float64-reference errors (the "
+                        "numerics --against judges bit by bit; on by default for the mha kernel on a GPU)")
     add_pins_option(p)
     p.set_defaults(handler=cmd_measure)
 
@@ -203,14 +206,15 @@ def cmd_measure(args) -> int:
              if args.interleave else ""),
           file=sys.stderr)
     if not args.interleave:
-        measure_repeated(executor, pipeline, toolchain, arch, out_dir, rel, args.repeat, kernel=args.kernel)
+        measure_repeated(executor, pipeline, toolchain, arch, out_dir, rel, args.repeat, kernel=args.kernel,
+                         numerics=args.numerics)
         print(f"mha-ci perf: wrote {out_dir / rel / 'perf.json'}", file=sys.stderr)
         return ExitCode.OK
     if args.repeat != 1:
         raise ConfigError("--repeat is not supported with --interleave (one interleaved run per call)", key="--repeat")
     if args.chunks is None:
         docs = measure_lockstep(executor, pipeline, (toolchain, args.interleave), arch, out_dir, rel,
-                                kernel=args.kernel)
+                                kernel=args.kernel, numerics=args.numerics)
     elif args.chunks < 1:
         raise ConfigError("--chunks must be at least 1", key="--chunks")
     else:
@@ -246,7 +250,8 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
     head = os.environ.get("MHA_CI_COMMIT") or git_commit(args.root)
     print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}: the kernel of "
           f"{args.against} ({sha[:12]}) and of the working tree, taking turns per shape", file=sys.stderr)
-    docs = measure_against(executors, (sha, head), pipeline, toolchain, arch, out_dir, rel, kernel=args.kernel)
+    docs = measure_against(executors, (sha, head), pipeline, toolchain, arch, out_dir, rel, kernel=args.kernel,
+                           numerics=args.numerics)
     return _report(compare(docs["base"], docs["head"], against_policy(pipeline.perf)), out_dir / rel)
 
 

@@ -3,7 +3,7 @@
     python -m mha_ci.payloads.perf --shapes shapes.json --method method.json --out perf.json
         [--kernel mha|sdpa] [--device cuda|cpu] [--toolchain NAME] [--executor E]
         [--image-digest D] [--commit SHA] [--chunk I/N] [--keys GLOB,...]
-        [--dump-dispatches dispatches.json] [--lockstep DIR:ROLE]
+        [--dump-dispatches dispatches.json] [--lockstep DIR:ROLE] [--numerics [--save-outputs DIR]]
 
 Inputs are JSON made on the orchestrating side (`mha-ci perf shapes`), because toolchain
 environments have neither pydantic nor yaml. Relative paths resolve against $MHA_CI_OUT.
@@ -54,6 +54,11 @@ off the spin; on shapes where that cost alone exceeds the planted amount (under 
 the slowdown overshoots (the calibrate report shows the realised delta). How the plant is sized,
 and the measurements behind each choice: docs/perf-method.md, "Planted slowdowns".
 
+Numerics (`--numerics`, kernel mha): after a shape's timing, and inside its turn, the shape runs
+once more on inputs seeded by its key, and its record gains `numerics`: the sha256 of every
+output and each output's error against a float64 reference (mha_ci.payloads.numerics);
+`--save-outputs DIR` also keeps the outputs, for `perf measure --against` to compare bit by bit.
+
 Interleaving (`--lockstep DIR:a` and `--lockstep DIR:b`, two processes, usually two
 toolchains, on one GPU): the two take turns shape by shape in ABBA order; see
 mha_ci.perf.lockstep.
@@ -76,7 +81,7 @@ import sys
 import time
 from pathlib import Path
 
-from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_NO_RESULT, EXIT_OK, out_path, pincheck
+from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_NO_RESULT, EXIT_OK, numerics, out_path, pincheck
 from mha_ci.perf import lockstep
 from mha_ci.perf import provenance as prov
 from mha_ci.perf.document import DISPATCHES_SCHEMA, SCHEMA, SHAPES_SCHEMA
@@ -452,7 +457,15 @@ def parse_args(argv):
     p.add_argument("--dump-dispatches", help="also write every per-dispatch time (us) here")
     p.add_argument("--lockstep", metavar="DIR:ROLE",
                    help="take turns per shape with a partner process (role a or b) through DIR")
-    return p.parse_args(argv)
+    p.add_argument("--numerics", action="store_true",
+                   help="also record each shape's output digests and error against a float64 reference")
+    p.add_argument("--save-outputs", metavar="DIR", help="with --numerics: keep each shape's outputs in DIR/<key>.pt")
+    args = p.parse_args(argv)
+    if args.save_outputs and not args.numerics:
+        p.error("--save-outputs needs --numerics")
+    if args.numerics and args.kernel != "mha":
+        p.error("--numerics judges the mha kernel; --kernel sdpa has no numerics to record")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -565,6 +578,7 @@ def _measure_entry(torch, timer, args, method: Method, n: int, entry: dict, kern
                                                 shape["dtype"], shape.get("dropout_p", 0.0))
     plant = planted(key)
     inputs = call = None
+    measured = False
     if lock is not None:
         lock.wait(n)
     try:
@@ -580,6 +594,7 @@ def _measure_entry(torch, timer, args, method: Method, n: int, entry: dict, kern
         record.update(stats=stats.to_dict(), error=None, planted_pct=plant, **facts)
         dumps.append({"key": key, "reps": reps})
         note = f"{stats.trimmed_mean_us:10.1f} us  noise {stats.noise_pct:4.1f} %"
+        measured = True
         if stats.stalls:
             note += f"  STALL {max(s.us for s in stats.stalls):.0f} us"
     except Exception as exc:   # one bad shape must not lose the others' results
@@ -589,8 +604,17 @@ def _measure_entry(torch, timer, args, method: Method, n: int, entry: dict, kern
         inputs = call = None
         if args.device == "cuda":
             torch.cuda.empty_cache()    # every timed rep ended synchronised
-        if lock is not None:
-            lock.done(n)
+        try:
+            if measured and args.numerics:
+                save_to = out_path(args.save_outputs) if args.save_outputs else None
+                record["numerics"] = numerics.capture(torch, shape, key, make_inputs, args.device, save_to)
+                if record["numerics"]["error"]:
+                    note += f"  numerics: {record['numerics']['error'][:60]}"
+                if args.device == "cuda":
+                    torch.cuda.empty_cache()
+        finally:
+            if lock is not None:
+                lock.done(n)
     return record, note
 
 
