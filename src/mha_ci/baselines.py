@@ -11,6 +11,12 @@ def perf_baseline(arch: str, toolchain: str) -> str:
     return f"{BASELINES_DIR}/{arch}/{toolchain}.json"
 
 
+def accuracy_baseline(arch: str, toolchain: str) -> str:
+    """The stored accuracy baseline (mha-ci.perf/1 of the pull-request subset, every result with
+    its `numerics`) of one arch and toolchain: mha_ci.perf.accuracy."""
+    return f"{BASELINES_DIR}/{arch}/accuracy/{toolchain}.json"
+
+
 def code_objects(toolchain: str) -> str:
     """The stored code-object checksums (mha-ci.codeobj/1) of one toolchain."""
     return f"{BASELINES_DIR}/code_objects/{toolchain}.json"

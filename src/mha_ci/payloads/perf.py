@@ -608,6 +608,9 @@ def _measure_entry(torch, timer, args, method: Method, n: int, entry: dict, kern
             if measured and args.numerics:
                 save_to = out_path(args.save_outputs) if args.save_outputs else None
                 record["numerics"] = numerics.capture(torch, shape, key, make_inputs, args.device, save_to)
+                # The code the numbers came from, so a stored accuracy record is keyed by it.
+                if "code_objects" in record:
+                    record["numerics"]["code_objects"] = record["code_objects"]
                 if record["numerics"]["error"]:
                     note += f"  numerics: {record['numerics']['error'][:60]}"
                 if args.device == "cuda":

@@ -47,13 +47,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from mha_ci.baselines import code_objects, perf_baseline, test_durations
+from mha_ci.baselines import accuracy_baseline, code_objects, perf_baseline, test_durations
 from mha_ci.checksums.records import SCHEMA as CODEOBJ_SCHEMA
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
 from mha_ci.model.perf_schema import PerfFile
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Arch, Toolchain
-from mha_ci.perf import comparable
+from mha_ci.perf import accuracy, comparable
 from mha_ci.perf.combine import roll
 from mha_ci.perf.compare import Comparison, GatePolicy, compare
 from mha_ci.perf.config import gate_policy
@@ -237,6 +237,10 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
 
     # 2. the files of the commit
     files, comparisons, history, changed = _baseline_files(root, arch, measured, policy, always)
+    accuracy_files = _accuracy_files(pipeline, arch, measured, out_dir)
+    changed = changed or any(accuracy.changed(_load_json(root / rel), json.loads(data))
+                             for rel, data in accuracy_files.items())
+    files.update(accuracy_files)
     extra = _other_files(pipeline, arch_spec, names, checksums_fn, durations_fn)
     for rel, data in extra.items():
         current = root / rel
@@ -319,6 +323,34 @@ def _baseline_files(root: Path, arch: str, measured: dict[str, tuple[dict | None
         files[perf_baseline(arch, name)] = _encode(stored)
         changed = changed or bool(_moved(comparisons[name])) or bool(restart) or _shape_set_changed(old, doc)
     return files, comparisons, history, changed
+
+
+def _accuracy_files(pipeline: Pipeline, arch: str, measured: dict[str, tuple[dict | None, dict]],
+                    out_dir: Path) -> dict[str, bytes]:
+    """The accuracy baseline of each toolchain whose measurement recorded numerics (a GPU arch),
+    from the pull-request subset's shapes (mha_ci.perf.accuracy); a refusal (exit 1) naming every
+    subset shape whose numerics are missing or failed, since storing the rest would leave those
+    shapes unjudged."""
+    from mha_ci.perf.measure import selected_workloads   # measure imports the payload-facing side
+
+    keys = [w.key for w in selected_workloads(pipeline, "pr")]
+    files, bad = {}, []
+    for name, (_, doc) in measured.items():
+        if not any(isinstance(r.get("numerics"), dict) for r in doc["results"]):
+            continue
+        missing = accuracy.problems(doc, keys)
+        if missing:
+            bad += [f"{name} accuracy baseline: {m}" for m in missing]
+            continue
+        files[accuracy_baseline(arch, name)] = _encode(accuracy.accuracy_document(doc, keys))
+    if bad:
+        refused = RefreshRefused(bad, ExitCode.GATE_FAILED)
+        _publish(out_dir, {"refresh.json": json.dumps({"schema": "mha-ci.refresh/1", "status": "refused",
+                                                         "arch": arch, "branch": None,
+                                                         "exit_code": int(refused.exit_code),
+                                                         "reasons": refused.reasons}, indent=2) + "\n"})
+        raise refused
+    return files
 
 
 def restarted_shapes(root: Path, old: dict | None, new: dict,
