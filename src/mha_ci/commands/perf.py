@@ -3,8 +3,9 @@
     mha-ci perf shapes    [--subset pr|full] [--shape GLOB ...] [--out DIR] [--format text|json]
     mha-ci perf measure   [--toolchain T] [--arch A] [--subset pr|full] [--executor E] [--out D]
                           [--kernel mha|sdpa] [--shape GLOB ...] [--repeat N] [--interleave T2 [--chunks N]]
-                          [--against REF]
+                          [--against REF] [--accept-less-accurate GLOB ...]
     mha-ci perf compare   BASE CAND [--format text|md|json] [--out D] [--cross-toolchain]
+                          [--accept-less-accurate GLOB ...]
     mha-ci perf calibrate A B [--planted P] [--format md|json] [--out D]
     mha-ci perf merge     CHUNK.json ... --out FILE
     mha-ci perf combine   RUN.json RUN.json ... --out FILE
@@ -15,7 +16,8 @@
     mha-ci perf bisect    --good REF --bad REF --arch A --toolchain T --shape GLOB ... --out D (commands/bisect.py)
 
 Exit codes: compare/measure --interleave/--against 1 when the gate fails (a regression, a missing,
-failed, NaN or non-positive measurement, or two documents that must not be compared); calibrate 1 when the gate misses a bar of perf.yaml's `calibration`
+failed, NaN or non-positive measurement, two documents that must not be compared, or a shape whose
+numerics are wrong, nondeterministic, less accurate and not accepted, or required and missing); calibrate 1 when the gate misses a bar of perf.yaml's `calibration`
 (or the runs must not be compared); 2 bad files or options; 3 no device or a pin mismatch.
 """
 from __future__ import annotations
@@ -91,6 +93,7 @@ def register(sub):
     p.add_argument("--against", metavar="REF",
                    help="also measure the kernel (src/mha) of git REF, same toolchain and GPU, taking turns "
                         "shape by shape with the working tree, and gate the working tree against it")
+    _add_accept_less_accurate(p)
     add_pins_option(p)
     p.set_defaults(handler=cmd_measure)
 
@@ -101,6 +104,7 @@ def register(sub):
                    help="what stdout gets (default text)")
     p.add_argument("--out", type=Path, help="also write compare.{json,md,txt,png,html} here")
     p.add_argument("--cross-toolchain", action="store_true", help="compare two toolchains on purpose")
+    _add_accept_less_accurate(p)
     p.set_defaults(handler=cmd_compare)
 
     p = cmds.add_parser("calibrate", help="A/A (and a planted run): noise, smallest slowdown caught, false-regression and catch rates held to perf.yaml's calibration bars")
@@ -163,6 +167,13 @@ def register(sub):
     return cmds
 
 
+def _add_accept_less_accurate(p) -> None:
+    p.add_argument("--accept-less-accurate", action="append", default=[], metavar="GLOB",
+                   help="shape keys matching GLOB (fnmatch, repeatable) may be less accurate than the base "
+                        "(rms_rel error beyond perf.yaml numerics.less_accurate_factor) without failing the "
+                        "gate: a precision trade made on purpose; the reports list them as accepted")
+
+
 # handlers ----------------------------------------------------------------------------------
 
 def cmd_shapes(args) -> int:
@@ -217,7 +228,7 @@ def cmd_measure(args) -> int:
         docs = measure_interleaved(executor, pipeline, (toolchain, args.interleave), arch, out_dir, rel,
                                    args.chunks, kernel=args.kernel)
     return _report(compare(docs[toolchain], docs[args.interleave], gate_policy(pipeline.perf),
-                           cross_toolchain=True), out_dir / rel)
+                           cross_toolchain=True, accept_less_accurate=args.accept_less_accurate), out_dir / rel)
 
 
 def _report(comparison, folder: Path) -> int:
@@ -247,14 +258,16 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
     print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}: the kernel of "
           f"{args.against} ({sha[:12]}) and of the working tree, taking turns per shape", file=sys.stderr)
     docs = measure_against(executors, (sha, head), pipeline, toolchain, arch, out_dir, rel, kernel=args.kernel)
-    return _report(compare(docs["base"], docs["head"], against_policy(pipeline.perf)), out_dir / rel)
+    return _report(compare(docs["base"], docs["head"], against_policy(pipeline.perf),
+                           accept_less_accurate=args.accept_less_accurate), out_dir / rel)
 
 
 def cmd_compare(args) -> int:
     if args.out:
         refuse_special_outputs(args.out, COMPARE_FILES)
     comparison = compare(load_perf(args.baseline), load_perf(args.candidate),
-                         gate_policy(load_pipeline(args.root).perf), cross_toolchain=args.cross_toolchain)
+                         gate_policy(load_pipeline(args.root).perf), cross_toolchain=args.cross_toolchain,
+                         accept_less_accurate=args.accept_less_accurate)
     if args.format == "json":
         print(json.dumps(comparison.to_dict(), indent=1))
     elif args.format == "md":

@@ -189,7 +189,7 @@ def _identity(base: dict, head: dict, base_commit: str | None) -> tuple[bool | N
     """(whether every output is bitwise equal - None when the records cannot say -, the largest
     ulp distance where known, how that was read)."""
     versus = head.get("versus")
-    head_outputs = head.get("outputs") if isinstance(head.get("outputs"), dict) else {}
+    head_outputs = _outputs(head)
     if (isinstance(versus, dict) and versus.get("side") == "base" and base_commit
             and versus.get("commit") == base_commit and isinstance(versus.get("outputs"), dict)):
         compared = versus["outputs"]
@@ -202,7 +202,7 @@ def _identity(base: dict, head: dict, base_commit: str | None) -> tuple[bool | N
             return False, max_ulp, "differ: " + ", ".join(differing)
     if base.get("seed") != head.get("seed"):
         return None, None, f"seeds differ ({base.get('seed')!r} and {head.get('seed')!r}): identity not decidable"
-    base_outputs = base.get("outputs") if isinstance(base.get("outputs"), dict) else {}
+    base_outputs = _outputs(base)
     if not head_outputs or set(base_outputs) != set(head_outputs):
         return None, None, "the two sides digest different outputs: identity not decidable"
     digests = {name: (_sha(base_outputs[name]), _sha(head_outputs[name])) for name in head_outputs}
@@ -212,6 +212,11 @@ def _identity(base: dict, head: dict, base_commit: str | None) -> tuple[bool | N
     if not differing:
         return True, None, "every output's sha256 equal"
     return False, None, "sha256 differ: " + ", ".join(differing)
+
+
+def _outputs(numerics: dict) -> dict:
+    outputs = numerics.get("outputs")
+    return outputs if isinstance(outputs, dict) else {}
 
 
 def _sha(output: object) -> str | None:
