@@ -122,7 +122,9 @@ def numerics_cell(v: ShapeVerdict) -> str:
     if n is None:
         return "-"
     detail = []
-    if n.worst_output and n.worst_ratio is not None:
+    if n.class_ == numerics.IDENTICAL:
+        pass                            # the ratio of equal bits is 1: nothing to show
+    elif n.worst_output and n.worst_ratio is not None:
         detail.append(f"{n.worst_output} x{n.worst_ratio:.2f}" + (" tol" if n.class_ == numerics.WRONG else ""))
     elif n.worst_output:
         detail.append(n.worst_output)
