@@ -3,9 +3,11 @@
     mha-ci perf shapes    [--subset pr|full] [--shape GLOB ...] [--out DIR] [--format text|json]
     mha-ci perf measure   [--toolchain T] [--arch A] [--subset pr|full] [--executor E] [--out D]
                           [--kernel mha|sdpa] [--shape GLOB ...] [--repeat N] [--interleave T2 [--chunks N]]
-                          [--against REF] [--no-numerics]
+                          [--against REF] [--no-numerics] [--accept-less-accurate GLOB ...]
     mha-ci perf compare   BASE CAND [--format text|md|json] [--out D] [--cross-toolchain]
+                          [--accept-less-accurate GLOB ...]
     mha-ci perf calibrate A B [--planted P] [--format md|json] [--out D]
+    mha-ci perf accuracy  MEASUREMENT.json [--check]
     mha-ci perf merge     CHUNK.json ... --out FILE
     mha-ci perf combine   RUN.json RUN.json ... --out FILE
     mha-ci perf refresh   [--arch A] [--toolchain T ...] [--executor E] [--out D] [--always]
@@ -15,7 +17,8 @@
     mha-ci perf bisect    --good REF --bad REF --arch A --toolchain T --shape GLOB ... --out D (commands/bisect.py)
 
 Exit codes: compare/measure --interleave/--against 1 when the gate fails (a regression, a missing,
-failed, NaN or non-positive measurement, or two documents that must not be compared); calibrate 1 when the gate misses a bar of perf.yaml's `calibration`
+failed, NaN or non-positive measurement, two documents that must not be compared, or a shape whose
+numerics are wrong, nondeterministic, less accurate and not accepted, or required and missing); calibrate 1 when the gate misses a bar of perf.yaml's `calibration`
 (or the runs must not be compared); 2 bad files or options; 3 no device or a pin mismatch.
 """
 from __future__ import annotations
@@ -37,13 +40,15 @@ from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
 from mha_ci.executors import make_executor
 from mha_ci.files import publish, refuse_special_outputs
 from mha_ci.model.loader import load_pipeline
-from mha_ci.perf import calibrate, history_report, report
+from mha_ci.baselines import accuracy_baseline
+from mha_ci.perf import accuracy, calibrate, history_report, report
 from mha_ci.perf.base_checkout import materialise, resolve
 from mha_ci.perf.combine import combine
 from mha_ci.perf.compare import compare
 from mha_ci.perf.config import against_policy, calibration_bars, gate_policy
 from mha_ci.perf.document import load_perf, merge_perf, write_json
 from mha_ci.perf.history import history
+from mha_ci.perf.measure import numerics_apply as measure_numerics_apply
 from mha_ci.perf.measure import (measure_against, measure_interleaved, measure_lockstep, measure_repeated,
                                  refresh_measurers, selected_workloads, write_inputs)
 from mha_ci.perf.provenance import git_commit
@@ -94,6 +99,7 @@ def register(sub):
     p.add_argument("--no-numerics", dest="numerics", action="store_false",
                    help="time only: skip each shape's output digests and float64-reference errors (the "
                         "numerics --against judges bit by bit; on by default for the mha kernel on a GPU)")
+    _add_accept_less_accurate(p)
     add_pins_option(p)
     p.set_defaults(handler=cmd_measure)
 
@@ -104,6 +110,7 @@ def register(sub):
                    help="what stdout gets (default text)")
     p.add_argument("--out", type=Path, help="also write compare.{json,md,txt,png,html} here")
     p.add_argument("--cross-toolchain", action="store_true", help="compare two toolchains on purpose")
+    _add_accept_less_accurate(p)
     p.set_defaults(handler=cmd_compare)
 
     p = cmds.add_parser("calibrate", help="A/A (and a planted run): noise, smallest slowdown caught, false-regression and catch rates held to perf.yaml's calibration bars")
@@ -131,6 +138,14 @@ def register(sub):
     p.add_argument("runs", type=Path, nargs="+", help="mha-ci.perf/1 runs (ideally from different machines or days)")
     p.add_argument("--out", type=Path, required=True, help="the combined document (a file)")
     p.set_defaults(handler=cmd_combine)
+
+    p = cmds.add_parser("accuracy", help="store a measurement's numerics as the accuracy baseline of its arch and "
+                                         "toolchain (perf_baselines/<arch>/accuracy/<toolchain>.json)")
+    p.add_argument("measurement", type=Path,
+                   help="a mha-ci.perf/1 measurement with numerics for every pull-request subset shape "
+                        "(`mha-ci perf measure --subset pr` on a GPU); the nightly refresh stores it by itself")
+    p.add_argument("--check", action="store_true", help="only say whether it would change the stored one (exit 1)")
+    p.set_defaults(handler=cmd_accuracy)
 
     p = cmds.add_parser("refresh", help="measure the full set and propose new baselines on a branch (mha_ci.refresh)")
     p.add_argument("--arch", help="arch (default: the one whose device this machine has)")
@@ -164,6 +179,13 @@ def register(sub):
     p.set_defaults(handler=cmd_history)
 
     return cmds
+
+
+def _add_accept_less_accurate(p) -> None:
+    p.add_argument("--accept-less-accurate", action="append", default=[], metavar="GLOB",
+                   help="shape keys matching GLOB (fnmatch, repeatable) may be less accurate than the base "
+                        "(rms_rel error beyond perf.yaml numerics.less_accurate_factor) without failing the "
+                        "gate: a precision trade made on purpose; the reports list them as accepted")
 
 
 # handlers ----------------------------------------------------------------------------------
@@ -221,7 +243,7 @@ def cmd_measure(args) -> int:
         docs = measure_interleaved(executor, pipeline, (toolchain, args.interleave), arch, out_dir, rel,
                                    args.chunks, kernel=args.kernel)
     return _report(compare(docs[toolchain], docs[args.interleave], gate_policy(pipeline.perf),
-                           cross_toolchain=True), out_dir / rel)
+                           cross_toolchain=True, accept_less_accurate=args.accept_less_accurate), out_dir / rel)
 
 
 def _report(comparison, folder: Path) -> int:
@@ -252,14 +274,20 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
           f"{args.against} ({sha[:12]}) and of the working tree, taking turns per shape", file=sys.stderr)
     docs = measure_against(executors, (sha, head), pipeline, toolchain, arch, out_dir, rel, kernel=args.kernel,
                            numerics=args.numerics)
-    return _report(compare(docs["base"], docs["head"], against_policy(pipeline.perf)), out_dir / rel)
+    # --no-numerics asked for timing only: the gate then judges no numerics rather than missing ones.
+    policy = against_policy(pipeline.perf)
+    if not (args.numerics and measure_numerics_apply(pipeline, arch, args.kernel)):
+        policy = replace(policy, require_numerics=False)
+    return _report(compare(docs["base"], docs["head"], policy, accept_less_accurate=args.accept_less_accurate),
+                   out_dir / rel)
 
 
 def cmd_compare(args) -> int:
     if args.out:
         refuse_special_outputs(args.out, COMPARE_FILES)
     comparison = compare(load_perf(args.baseline), load_perf(args.candidate),
-                         gate_policy(load_pipeline(args.root).perf), cross_toolchain=args.cross_toolchain)
+                         gate_policy(load_pipeline(args.root).perf), cross_toolchain=args.cross_toolchain,
+                         accept_less_accurate=args.accept_less_accurate)
     if args.format == "json":
         print(json.dumps(comparison.to_dict(), indent=1))
     elif args.format == "md":
@@ -319,6 +347,30 @@ def cmd_combine(args) -> int:
     noisy = sorted((r["stats"]["between_run_noise_pct"] or 0.0, r["key"]) for r in doc["results"] if r.get("stats"))[-5:]
     print(f"mha-ci perf: {len(doc['results'])} shapes from {len(args.runs)} runs -> {args.out}; "
           "largest between-run noise: " + ", ".join(f"{k} {n:.1f} %" for n, k in reversed(noisy)), file=sys.stderr)
+    return ExitCode.OK
+
+
+def cmd_accuracy(args) -> int:
+    """Arch and toolchain come from the measurement's provenance, checked against the pipeline."""
+    pipeline = load_pipeline(args.root)
+    measurement = load_perf(args.measurement)
+    prov = measurement["provenance"]
+    arch, toolchain = prov.get("arch"), prov.get("toolchain")
+    if arch not in pipeline.archs or toolchain not in pipeline.toolchains:
+        raise ConfigError(f"the measurement is of arch {arch!r} and toolchain {toolchain!r}; the pipeline knows "
+                          f"archs {', '.join(pipeline.archs)} and toolchains {', '.join(pipeline.toolchains)}",
+                          file=str(args.measurement))
+    keys = [w.key for w in selected_workloads(pipeline, "pr")]
+    doc = accuracy.accuracy_document(measurement, keys)
+    target = args.root / accuracy_baseline(arch, toolchain)
+    old = load_perf(target) if target.is_file() else None
+    moved = accuracy.changed(old, doc)
+    what = f"{accuracy_baseline(arch, toolchain)}: {len(keys)} shapes, " + ("changed" if moved else "unchanged")
+    if args.check:
+        print(f"mha-ci perf: {what}", file=sys.stderr)
+        return ExitCode.GATE_FAILED if moved else ExitCode.OK
+    write_json(target, doc)
+    print(f"mha-ci perf: wrote {what}", file=sys.stderr)
     return ExitCode.OK
 
 

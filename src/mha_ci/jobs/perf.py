@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from mha_ci.baselines import perf_baseline
+from mha_ci.baselines import accuracy_baseline, perf_baseline
 from mha_ci.errors import ExitCode
 from mha_ci.jobs import JobResult
 from mha_ci.jobs.context import JobContext
 from mha_ci.model.types import Job
-from mha_ci.perf import report
+from mha_ci.perf import accuracy, report
 from mha_ci.perf.compare import compare
 from mha_ci.perf.config import gate_policy
 from mha_ci.perf.document import load_perf
@@ -52,7 +52,13 @@ def run_job(job: Job, ctx: JobContext) -> JobResult:
         result.message = (f"no baseline {relative}{where}: nothing to gate against "
                           f"(the nightly refresh, or `mha-ci perf refresh`, stores one)") + judged_by
         return result
-    comparison = compare(load_perf(base_file), candidate, gate_policy(pipeline.perf))
+    # The numbers are judged against the stored accuracy baseline, folded into the perf baseline
+    # (mha_ci.perf.accuracy); without one, a candidate with numerics reads as unmeasured: red.
+    accuracy_file = (source.root if source else Path(pipeline.root)) / accuracy_baseline(job.arch, job.toolchain)
+    stored = load_perf(accuracy_file) if accuracy_file.is_file() else None
+    if stored is None and any(isinstance(r.get("numerics"), dict) for r in candidate["results"]):
+        result.details["accuracy_baseline"] = f"no {accuracy_baseline(job.arch, job.toolchain)}"
+    comparison = compare(accuracy.with_accuracy(load_perf(base_file), stored), candidate, gate_policy(pipeline.perf))
     paths = report.write_all(comparison, job_dir)
     result.artifacts += [str(p.relative_to(out_dir)) for p in paths.values()]
     prov = candidate["provenance"]

@@ -95,12 +95,23 @@ class AgainstSpec(_Strict):
     floor_pct: Number = Field(gt=0, le=MAX_THRESHOLD_PCT)
 
 
+class NumericsSpec(_Strict):
+    # How much larger a head's rms_rel error may be than the base's before the shape is "less
+    # accurate" (mha_ci.perf.numerics). At 1 every reordering of a sum would fail; above 10 an
+    # order of magnitude of precision could go unseen.
+    less_accurate_factor: Number = Field(gt=1, le=10)
+    # The smallest rms_rel a ratio is taken of, so an exact output divides by something; from
+    # 1e-2 up it would hide the whole error of a bf16 result.
+    error_floor: Number = Field(gt=0, lt=1e-2)
+
+
 class PerfFile(_Strict):
     gate: GateSpec
     refresh: RefreshSpec
     measure: MeasureSpec
     subset: SubsetSpec
     against: AgainstSpec
+    numerics: NumericsSpec
     calibration: CalibrationSpec = CalibrationSpec()
 
 

@@ -16,6 +16,15 @@ and writes one mha-ci.perf/1 document: per shape the median of the runs' trimmed
 of their mean. The gate (mha_ci.perf.compare) takes the larger of a baseline shape's within-run
 and between-run noise. A run whose own noise on a shape is above `max_noise_pct` (the gate's
 "too noisy to judge" level) was disturbed there and is left out of that shape.
+
+Numerics (output digests and errors against a float64 reference, mha_ci.perf.numerics) ride
+along: a combined shape carries the numerics of the run whose statistics it keeps (the run
+nearest the median; a failed shape, the first run's), without `versus` (that compares one run
+with another base, not the baseline with anything). Runs of one build on inputs of one seed must
+give the same bits; when two of them digest an output differently the shape's numerics get an
+`error` ("runs disagree: ..."), so the gate reads them as unmeasured rather than pick one side of
+a nondeterministic kernel as the truth. `roll` carries the new run's numerics as they are: the
+older runs in the history may time other code, whose bits may differ on purpose.
 """
 from __future__ import annotations
 
@@ -88,6 +97,7 @@ def _combine_shape(entries: list[dict], names: list[str], max_noise_pct: float) 
         # One failed run makes the shape's baseline unknown, not quietly thinner.
         errors = "; ".join(e.get("error") or "?" for e in entries if not e.get("stats"))
         base = {k: v for k, v in entries[0].items() if k not in ("stats", "error")}
+        base = _with_numerics(base, entries, names)
         return {**base, "stats": None, "error": f"failed in {len(entries) - len(ok)} of {len(entries)} runs: {errors}"[:500]}
     kept = [e for e in ok if e["stats"]["noise_pct"] <= max_noise_pct] or ok
     dropped = len(kept) < len(ok)
@@ -102,7 +112,39 @@ def _combine_shape(entries: list[dict], names: list[str], max_noise_pct: float) 
     stats["run_trimmed_means_us"] = [round(v, 3) for v in values]
     if dropped:
         stats["runs_left_out"] = {name: e["stats"]["trimmed_mean_us"] for name, e in zip(names, entries) if e not in kept}
-    return {**{k: v for k, v in nearest.items() if k != "stats"}, "stats": stats, "error": None}
+    kept_entry = _with_numerics({k: v for k, v in nearest.items() if k != "stats"}, entries, names)
+    return {**kept_entry, "stats": stats, "error": None}
+
+
+def _with_numerics(entry: dict, entries: list[dict], names: list[str]) -> dict:
+    """`entry` (one run's record) with its numerics as a baseline holds them (module docstring)."""
+    numerics = entry.get("numerics")
+    if not isinstance(numerics, dict):
+        return entry
+    numerics = {k: v for k, v in numerics.items() if k != "versus"}
+    disagreement = _disagreement(entries, names)
+    if disagreement and numerics.get("error") is None:
+        numerics["error"] = f"runs disagree: {disagreement}"[:500]
+    return {**entry, "numerics": numerics}
+
+
+def _disagreement(entries: list[dict], names: list[str]) -> str | None:
+    """Which runs digest an output of one seed differently, or None when they all agree."""
+    first: dict[tuple, tuple[str, str]] = {}       # (seed, output) -> (run, sha256) first seen
+    clashes = []
+    for name, e in zip(names, entries):
+        numerics = e.get("numerics")
+        if not isinstance(numerics, dict) or numerics.get("error") is not None:
+            continue
+        outputs = numerics.get("outputs")
+        for output, digest in sorted(outputs.items() if isinstance(outputs, dict) else ()):
+            sha = digest.get("sha256") if isinstance(digest, dict) else None
+            if not isinstance(sha, str):
+                continue
+            seen = first.setdefault((numerics.get("seed"), output), (name, sha))
+            if seen[1] != sha:
+                clashes.append(f"{output} of seed {numerics.get('seed')!r}: {seen[0]} and {name} differ")
+    return "; ".join(clashes) or None
 
 
 def roll(old: dict | None, new: dict, window: int, restart_keys: frozenset[str] = frozenset()) -> tuple[dict, str | None]:

@@ -34,14 +34,26 @@ objects (`same_code`: both documents record the sha256 of every kernel the shape
 they are equal). A shape with the same code on both sides cannot have changed speed through the
 change under test: its delta is a free A/A sample of the comparison's noise, and the reports say
 so.
+
+Where the documents carry numerics (output digests and errors against a float64 reference), each
+verdict also holds its numerics class (mha_ci.perf.numerics: identical, reordered, less-accurate,
+nondeterministic, wrong, unmeasured). A wrong or nondeterministic shape fails the gate whatever
+its speed; a less-accurate one fails unless its key matches an --accept-less-accurate glob (a
+precision trade made on purpose, listed as accepted). When the comparison requires numerics
+(`perf measure --against`, whose both sides ran the payload that measures them, or a candidate
+that has any), a judged shape without them fails the gate: a check that silently did not run
+must not read as passed. Documents without numerics compare as before.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from fnmatch import fnmatchcase
 from typing import TypeGuard
 
-from mha_ci.perf import comparable
+from mha_ci.perf import comparable, numerics
+from mha_ci.perf.numerics import NumericsVerdict
 from mha_ci.perf.shapes import pass_of_key
 from mha_ci.perf.stats import stall_from_summary
 
@@ -68,6 +80,11 @@ class GatePolicy:
     fail_on_stall: bool
     fail_on_invalid: bool
     max_invalid_pct: float
+    less_accurate_factor: float         # numerics: head/base rms_rel above this is "less accurate"
+    error_floor: float                  # numerics: the smallest rms_rel a ratio is taken of
+    # Every judged shape must carry numerics (perf measure --against: both sides ran the payload
+    # that measures them). Without it they are required only when the candidate has any.
+    require_numerics: bool
 
     def threshold_pct(self, noise_base: float, noise_cand: float) -> float:
         return max(self.floor_pct, self.k * math.hypot(noise_base, noise_cand))
@@ -91,13 +108,20 @@ class ShapeVerdict:
     tp: tuple[int, ...] = ()
     broken: bool = False                # invalid because a measurement is missing, failed or not a time
     same_code: bool | None = None       # both sides launched identical code objects; None: unknown
+    numerics: NumericsVerdict | None = None     # None: neither side measured numerics
+    numerics_accepted: bool = False     # less accurate, and accepted by an --accept-less-accurate glob
 
     @property
     def pass_(self) -> str:
         return pass_of_key(self.key)
 
+    @property
+    def numerics_class(self) -> str | None:
+        return None if self.numerics is None else self.numerics.class_
+
     def to_dict(self) -> dict:
         data = asdict(self)
+        data["numerics"] = None if self.numerics is None else self.numerics.to_dict()
         data["pass"] = self.pass_
         data["tags"], data["tp"] = list(self.tags), list(self.tp)
         for name in ("baseline_us", "candidate_us", "delta_pct", "threshold_pct",
@@ -118,6 +142,8 @@ class Comparison:
     unaccounted: int = 0                # shapes the candidate's selection counts but its results lack
     baseline_provenance: dict = field(default_factory=dict)
     candidate_provenance: dict = field(default_factory=dict)
+    numerics_required: bool = False     # every judged shape must carry numerics (fail closed)
+    accept_less_accurate: tuple[str, ...] = ()      # the globs of --accept-less-accurate
 
     @property
     def summary(self) -> dict[str, int]:
@@ -134,6 +160,19 @@ class Comparison:
             counts = out.setdefault(verdict.pass_, {status: 0 for status in STATUSES})
             counts[verdict.status] += 1
         return out
+
+    @property
+    def numerics_summary(self) -> dict[str, int] | None:
+        """How many shapes fell in each numerics class (mha_ci.perf.numerics.CLASSES order), with
+        `accepted` counting the less-accurate ones accepted; None when no shape has a verdict."""
+        judged = [v for v in self.shapes if v.numerics is not None]
+        if not judged:
+            return None
+        counts = {name: sum(1 for v in judged if v.numerics_class == name) for name in numerics.CLASSES}
+        return counts | {"accepted": sum(1 for v in judged if v.numerics_accepted)}
+
+    def numerics_of(self, class_: str) -> list[ShapeVerdict]:
+        return [v for v in self.shapes if v.numerics_class == class_]
 
     @property
     def stalled(self) -> list[ShapeVerdict]:
@@ -174,6 +213,21 @@ class Comparison:
             out.append(f"{len(self.stalled)} stalled shape(s) (fail_on_stall)")
         if self.policy.fail_on_invalid and summary["invalid"]:
             out.append(f"{summary['invalid']} invalid shape(s) (fail_on_invalid)")
+        return out + self._numerics_failures()
+
+    def _numerics_failures(self) -> list[str]:
+        out = [f"wrong result: {v.key}: {_reason(v)}" for v in self.numerics_of(numerics.WRONG)]
+        out += [f"nondeterministic: {v.key}: {_reason(v)}" for v in self.numerics_of(numerics.NONDETERMINISTIC)]
+        less = [v for v in self.numerics_of(numerics.LESS_ACCURATE) if not v.numerics_accepted]
+        if less:
+            out.append(f"{len(less)} shape(s) less accurate than the base (rms_rel beyond "
+                       f"x{self.policy.less_accurate_factor:g}; --accept-less-accurate GLOB accepts): "
+                       + _listed(less))
+        if self.numerics_required:
+            unmeasured = [v for v in self.shapes if v.status != "invalid"
+                          and v.numerics_class in (None, numerics.UNMEASURED)]
+            if unmeasured:
+                out.append(f"numerics not measured for {len(unmeasured)} shape(s): " + _listed(unmeasured))
         return out
 
     def to_dict(self) -> dict:
@@ -189,11 +243,28 @@ class Comparison:
             "unaccounted": self.unaccounted,
             "gate_failed": self.gate_failed,
             "failures": self.failures,
+            "numerics_summary": self.numerics_summary,
+            "numerics_required": self.numerics_required,
+            "accept_less_accurate": list(self.accept_less_accurate),
             "gate": asdict(self.policy),
             "baseline": _provenance_brief(self.baseline_provenance),
             "candidate": _provenance_brief(self.candidate_provenance),
             "shapes": [v.to_dict() for v in self.shapes],
         }
+
+
+# How many shape keys a numerics failure line names before it counts the rest.
+LISTED_SHAPES = 5
+
+
+def _reason(v: ShapeVerdict) -> str:
+    return v.numerics.reason if v.numerics is not None else "numerics not measured"
+
+
+def _listed(verdicts: list[ShapeVerdict]) -> str:
+    """The first keys with their numerics reason, and how many more."""
+    shown = "; ".join(f"{v.key} ({_reason(v)})" for v in verdicts[:LISTED_SHAPES])
+    return shown + (f"; and {len(verdicts) - LISTED_SHAPES} more" if len(verdicts) > LISTED_SHAPES else "")
 
 
 def _provenance_brief(p: dict) -> dict:
@@ -202,8 +273,11 @@ def _provenance_brief(p: dict) -> dict:
                                   "pin_mismatches")}
 
 
-def compare(baseline: dict, candidate: dict, policy: GatePolicy, cross_toolchain: bool = False) -> Comparison:
-    """Classify every shape; both arguments are mha-ci.perf/1 documents (document.load_perf)."""
+def compare(baseline: dict, candidate: dict, policy: GatePolicy, cross_toolchain: bool = False,
+            accept_less_accurate: Sequence[str] = ()) -> Comparison:
+    """Classify every shape; both arguments are mha-ci.perf/1 documents (document.load_perf).
+    Numerics are required when `policy.require_numerics` or the candidate has any; a less
+    accurate shape whose key matches a glob of `accept_less_accurate` (fnmatch) does not fail."""
     base_p, cand_p = baseline["provenance"], candidate["provenance"]
     refused = comparable.refusal(base_p, cand_p, cross_toolchain)
     base = {e["key"]: e for e in baseline["results"]}
@@ -220,11 +294,28 @@ def compare(baseline: dict, candidate: dict, policy: GatePolicy, cross_toolchain
     # than that count means shapes dropped out unseen.
     counted = selection.get("count")
     unaccounted = max(0, counted - len(cand)) if _is_count(counted) else 0
-    verdicts = tuple(_verdict(key, base.get(key), cand.get(key), policy, refused) for key in keys)
+    required = policy.require_numerics or any(numerics.has_numerics(e) for e in cand.values())
+    globs = tuple(accept_less_accurate)
+    verdicts = tuple(_with_numerics(_verdict(key, base.get(key), cand.get(key), policy, refused),
+                                    base.get(key), cand.get(key), policy, required, globs, base_p.get("commit"))
+                     for key in keys)
     return Comparison(shapes=verdicts, policy=policy, refused=refused, cross_toolchain=cross_toolchain,
                       not_measured=not_measured, unaccounted=unaccounted,
+                      numerics_required=required, accept_less_accurate=globs,
                       baseline_provenance=base_p, candidate_provenance=cand_p,
                       notes=tuple(comparable.notes(base_p, cand_p)))
+
+
+def _with_numerics(verdict: ShapeVerdict, b: dict | None, c: dict | None, policy: GatePolicy, required: bool,
+                   globs: tuple[str, ...], base_commit: str | None) -> ShapeVerdict:
+    """The verdict with its numerics class (mha_ci.perf.numerics); none when neither side measured
+    numerics and the comparison does not require them."""
+    if not (required or numerics.has_numerics(b) or numerics.has_numerics(c)):
+        return verdict
+    judged = numerics.classify(b, c, verdict.same_code, factor=policy.less_accurate_factor,
+                               floor=policy.error_floor, base_commit=base_commit)
+    accepted = judged.class_ == numerics.LESS_ACCURATE and any(fnmatchcase(verdict.key, g) for g in globs)
+    return replace(verdict, numerics=judged, numerics_accepted=accepted)
 
 
 def _is_count(value: object) -> TypeGuard[int]:

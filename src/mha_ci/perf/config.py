@@ -15,16 +15,20 @@ from mha_ci.perf.stats import Method
 
 
 def gate_policy(spec: PerfFile) -> GatePolicy:
-    g = spec.gate
+    """The gate against a stored baseline: numerics are judged where the candidate has them."""
+    g, n = spec.gate, spec.numerics
     return GatePolicy(floor_pct=g.floor_pct, k=g.k, invalid_noise_pct=g.invalid_noise_pct,
                       stall_factor=g.stall_factor, stall_min_excess_us=g.stall_min_excess_us,
                       fail_on_stall=g.fail_on_stall, fail_on_invalid=g.fail_on_invalid,
-                      max_invalid_pct=g.max_invalid_pct)
+                      max_invalid_pct=g.max_invalid_pct,
+                      less_accurate_factor=n.less_accurate_factor, error_floor=n.error_floor,
+                      require_numerics=False)
 
 
 def against_policy(spec: PerfFile) -> GatePolicy:
-    """The gate of `perf measure --against`: perf.yaml's, with the floor of its `against` section."""
-    return replace(gate_policy(spec), floor_pct=spec.against.floor_pct)
+    """The gate of `perf measure --against`: perf.yaml's, with the floor of its `against` section;
+    both sides ran the payload that measures numerics, so a shape without them fails."""
+    return replace(gate_policy(spec), floor_pct=spec.against.floor_pct, require_numerics=True)
 
 
 def calibration_bars(spec: PerfFile) -> Bars:

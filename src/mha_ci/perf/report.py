@@ -10,6 +10,11 @@ each; a pass the comparison does not hold gets none): a backward regression must
 among forward rows, and the two passes have their own noise. A shape whose code objects are
 identical on both sides (`same_code`) cannot have changed speed through the change under test,
 so its delta is a free A/A sample of the comparison's noise; every form marks it.
+
+Where a shape has a numerics verdict (mha_ci.perf.numerics), its class stands next to its perf
+status in every table (with the worst output's error ratio and the largest ulp distance where
+known), a numerics tally follows the perf tally, and less-accurate shapes accepted with
+--accept-less-accurate are listed as accepted. A comparison without numerics reads as before.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
+from mha_ci.perf import numerics
 from mha_ci.perf.compare import STATUSES, Comparison, ShapeVerdict
 from mha_ci.perf.shapes import PASSES, Shape
 
@@ -96,6 +102,67 @@ def same_code_line(verdicts: list[ShapeVerdict]) -> str | None:
     return line
 
 
+def has_numerics(verdicts: Iterable[ShapeVerdict]) -> bool:
+    """Whether the tables get a numerics column: some shape has a numerics verdict."""
+    return any(v.numerics is not None for v in verdicts)
+
+
+def with_numerics(columns: tuple[str, ...], verdicts: list[ShapeVerdict]) -> tuple[str, ...]:
+    """`columns` with "numerics" right after "status" when some shape has a numerics verdict."""
+    if not has_numerics(verdicts) or "status" not in columns:
+        return columns
+    at = columns.index("status") + 1
+    return columns[:at] + ("numerics",) + columns[at:]
+
+
+def numerics_cell(v: ShapeVerdict) -> str:
+    """"less-accurate, accepted (dq x1.62; 12 ulp)": the class, whether accepted, the worst
+    output's ratio (for a wrong shape, its max_abs over the tolerance) and the largest ulp."""
+    n = v.numerics
+    if n is None:
+        return "-"
+    detail = []
+    if n.class_ == numerics.IDENTICAL:
+        pass                            # the ratio of equal bits is 1: nothing to show
+    elif n.worst_output and n.worst_ratio is not None:
+        detail.append(f"{n.worst_output} x{n.worst_ratio:.2f}" + (" tol" if n.class_ == numerics.WRONG else ""))
+    elif n.worst_output:
+        detail.append(n.worst_output)
+    if n.max_ulp is not None:
+        detail.append(f"{n.max_ulp} ulp")
+    if n.class_ == numerics.REORDERED and n.reason.startswith("more accurate"):
+        detail.append("more accurate")
+    return n.class_ + (", accepted" if v.numerics_accepted else "") + (f" ({'; '.join(detail)})" if detail else "")
+
+
+def numerics_line(c: Comparison) -> str | None:
+    """"Numerics: 0 wrong, 0 nondeterministic, 1 less-accurate (1 accepted), ... of 4 shapes";
+    None when no shape has a numerics verdict."""
+    summary = c.numerics_summary
+    if summary is None:
+        return None
+    parts = [f"{summary[k]} {k}" + (f" ({summary['accepted']} accepted)"
+                                    if k == numerics.LESS_ACCURATE and summary["accepted"] else "")
+             for k in numerics.CLASSES]
+    judged = sum(summary[k] for k in numerics.CLASSES)
+    return (f"Numerics: {', '.join(parts)} of {judged} shapes"
+            + ("; required for every judged shape" if c.numerics_required else ""))
+
+
+def accepted_lines(c: Comparison) -> list[str]:
+    """One line per less-accurate shape that --accept-less-accurate accepted."""
+    return [f"ACCEPTED less accurate: {v.key}: {v.numerics.reason}" for v in c.shapes
+            if v.numerics_accepted and v.numerics is not None]
+
+
+def numerics_problems(verdicts: Iterable[ShapeVerdict]) -> list[ShapeVerdict]:
+    """The shapes whose numerics a reader must look at (not identical or reordered), worst class first."""
+    rank = {name: i for i, name in enumerate(numerics.CLASSES)}
+    shown = [v for v in verdicts if v.numerics is not None
+             and v.numerics.class_ not in (numerics.IDENTICAL, numerics.REORDERED)]
+    return sorted(shown, key=lambda v: (rank[v.numerics.class_] if v.numerics else 0, v.key))
+
+
 def _fmt(value, digits=1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -132,6 +199,7 @@ def row(v: ShapeVerdict) -> dict[str, str]:
         "status": v.status + (" (stall)" if v.stall else ""),
         "same code": SAME_CODE[v.same_code],
         "source": ", ".join(v.tags) or "-",
+        "numerics": numerics_cell(v),
     }
 
 
@@ -226,7 +294,7 @@ def _header(c: Comparison) -> list[str]:
         lines.append(f"REFUSED: {c.refused}")
     lines += [f"NOTE: {note}" for note in _notes(c)]
     lines += [f"GATE FAILS: {why}" for why in c.failures if not why.startswith("refused: ")]
-    return lines
+    return lines + accepted_lines(c)
 
 
 def _pass_lead(verdicts: list[ShapeVerdict]) -> list[str]:
@@ -237,10 +305,15 @@ def _pass_lead(verdicts: list[ShapeVerdict]) -> list[str]:
 
 def text(c: Comparison) -> str:
     out = _header(c) + ["", f"Tally: {tally_line(c)}"]
+    numerics_tally = numerics_line(c)
+    if numerics_tally:
+        out.append(numerics_tally)
+    shown = has_numerics(c.shapes)
     for p, verdicts in by_pass(c.shapes).items():
         out += ["", f"{PASS_TITLES[p]}"] + [f"  {line}" for line in _pass_lead(verdicts)]
         for v in ordered(verdicts):
-            out.append(f"{v.status:<11} {_delta(v.delta_pct):>8} % (thr {_fmt(v.threshold_pct)} %)  "
+            out.append(f"{v.status:<11} " + (f"{numerics_cell(v):<36} " if shown else "")
+                       + f"{_delta(v.delta_pct):>8} % (thr {_fmt(v.threshold_pct)} %)  "
                        f"{_fmt(v.baseline_us):>9} -> {_fmt(v.candidate_us):>9} us  {v.key}"
                        + (f"  [{v.reason}]" if v.status == "invalid" else "")
                        + ("  STALL" if v.stall else "")
@@ -251,12 +324,12 @@ def text(c: Comparison) -> str:
     return "\n".join(out) + "\n"
 
 
-def _md_table(verdicts: list[ShapeVerdict]) -> list[str]:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+def _md_table(verdicts: list[ShapeVerdict], columns: tuple[str, ...] = COLUMNS) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for v in verdicts:
         r = row(v)
         r["shape"] = f"`{r['shape']}`"
-        lines.append("| " + " | ".join(r[c] for c in COLUMNS) + " |")
+        lines.append("| " + " | ".join(r[c] for c in columns) + " |")
     return lines
 
 
@@ -264,12 +337,13 @@ def _noise_pair(v: ShapeVerdict) -> str:
     return f"{_fmt(v.noise_baseline_pct)} / {_fmt(v.noise_candidate_pct)}"
 
 
-def _regression_table(verdicts: list[ShapeVerdict]) -> list[str]:
-    lines = ["| " + " | ".join(REGRESSION_COLUMNS) + " |", "|" + "---|" * len(REGRESSION_COLUMNS)]
+def _regression_table(verdicts: list[ShapeVerdict], columns: tuple[str, ...] = REGRESSION_COLUMNS) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for v in verdicts:
-        r = row(v)
-        lines.append(f"| `{v.key}` | **{r['delta %']}** | {r['status']} | {r['threshold %']} | {_noise_pair(v)} | "
-                     f"{r['baseline us']} -> {r['candidate us']} | {r['same code']} | {r['bucket']} |")
+        r = row(v) | {"shape": f"`{v.key}`", "noise % base / cand": _noise_pair(v),
+                      "us base -> cand": f"{_fmt(v.baseline_us)} -> {_fmt(v.candidate_us)}"}
+        r["delta %"] = f"**{r['delta %']}**"
+        lines.append("| " + " | ".join(r[c] for c in columns) + " |")
     return lines
 
 
@@ -282,7 +356,12 @@ def verdict_line(c: Comparison) -> str:
 
 def markdown(c: Comparison) -> str:
     out = ["# Perf comparison", "", f"**{verdict_line(c)}**", "", f"**{tally_line(c)}**", ""]
+    numerics_tally = numerics_line(c)
+    if numerics_tally:
+        out += [f"**{numerics_tally}**", ""]
     out += [f"- {line}" for line in _header(c)] + [""]
+    columns, regression_columns = with_numerics(COLUMNS, list(c.shapes)), with_numerics(REGRESSION_COLUMNS,
+                                                                                          list(c.shapes))
     for p, verdicts in by_pass(c.shapes).items():
         lead = _pass_lead(verdicts)
         out += [f"## {PASS_TITLES[p]}", "", f"**{lead[0]}**", ""]
@@ -290,7 +369,11 @@ def markdown(c: Comparison) -> str:
             out += [line, ""]
         regressions = [v for v in ordered(verdicts) if v.status == "regression"]
         if regressions:
-            out += [f"### {p}: regressions", ""] + _regression_table(regressions) + [""]
+            out += [f"### {p}: regressions", ""] + _regression_table(regressions, regression_columns) + [""]
+        problems = numerics_problems(verdicts)
+        if problems:
+            out += [f"### {p}: numerics", ""] + [f"- `{v.key}`: {numerics_cell(v)}: {v.numerics.reason}"
+                                                 for v in problems if v.numerics is not None] + [""]
         stalls = _stall_lines(verdicts)
         if stalls:
             out += [f"### {p}: stalls", ""]
@@ -302,7 +385,7 @@ def markdown(c: Comparison) -> str:
         if others:
             out += [f"### {p}: all other shapes", "",
                     f"<details><summary>{len(others)} shapes improved, ok or invalid"
-                    "</summary>", ""] + _md_table(others) + ["", "</details>", ""]
+                    "</summary>", ""] + _md_table(others, columns) + ["", "</details>", ""]
     return "\n".join(out)
 
 
@@ -494,6 +577,10 @@ GLOSSARY = {
     "A/A": "a comparison of a thing with itself; its deltas measure the noise",
     "stall": "one dispatch took far longer than the median (a stall of the GPU or host)",
     "source": "where the shape was taken from (model_shapes, bench, test)",
+    "numerics": "the outputs against the base's: identical (bitwise), reordered (bits differ, error within "
+                "the factor of the base's; x: worst head/base rms_rel), less-accurate (beyond it), "
+                "nondeterministic (same code, different bits), wrong (beyond tolerance; x: max_abs over "
+                "tol_abs), unmeasured; ulp: largest distance in units of the last place",
     "fwd": "forward pass", "bwd": "backward pass (dQ, dK, dV)",
 }
 COLUMN_TERMS = {"baseline us": "us", "candidate us": "us", "TFLOP/s base / cand": "TFLOP/s",
@@ -523,7 +610,7 @@ def html_columns(verdicts: list[ShapeVerdict]) -> tuple[str, ...]:
         out.append(col)
         if col in after and extra[after[col]]:
             out.append(after[col])
-    return tuple(out)
+    return with_numerics(tuple(out), verdicts)
 
 
 def _html_row(v: ShapeVerdict) -> dict[str, str]:
@@ -541,14 +628,25 @@ def _html_table(p: str, verdicts: list[ShapeVerdict], worst: int) -> str:
     rows = []
     for v in ordered(verdicts):
         r = _html_row(v)
-        cells = "".join(f'<td class="status">{esc(r[col])}</td>' if col == "status" else f"<td>{esc(r[col])}</td>"
-                        for col in columns)
+        cells = "".join(f'<td class="{_cell_class(v, col)}">{esc(r[col])}</td>' if _cell_class(v, col)
+                        else f"<td>{esc(r[col])}</td>" for col in columns)
         css = v.status + (" same-code" if v.same_code else "") + ("" if v.key in drawn or v.delta_pct is None else " quiet")
         rows.append(f'<tr class="{css}" title="{esc(v.reason)}">{cells}</tr>')
     heads = "".join(f'<th data-sort="{i}" title="{esc(GLOSSARY[COLUMN_TERMS.get(col, col)])}">{esc(col)}</th>'
                     for i, col in enumerate(columns))
     return (f'<table id="table-{p}"><thead><tr>{heads}</tr></thead><tbody>\n' + "\n".join(rows)
             + "\n</tbody></table>")
+
+
+def _cell_class(v: ShapeVerdict, column: str) -> str:
+    """The CSS class of a cell: the status, and the numerics cell of a shape that fails on them."""
+    if column == "status":
+        return "status"
+    if column == "numerics" and v.numerics is not None:
+        red = v.numerics.class_ in (numerics.WRONG, numerics.NONDETERMINISTIC, numerics.UNMEASURED) or (
+            v.numerics.class_ == numerics.LESS_ACCURATE and not v.numerics_accepted)
+        return "numerics bad" if red else "numerics"
+    return ""
 
 
 # Sorts a table by the clicked header (numbers by value, the rest as text; a second click
@@ -607,6 +705,8 @@ def html_page(c: Comparison, png: bytes, worst: int = WORST_SHAPES) -> str:
     colour_css = "".join(f"tr.{s} td.status{{color:{col};font-weight:bold}}" for s, col in COLOURS.items())
     glossary = "".join(f"<dt>{esc(term)}</dt><dd>{esc(meaning)}</dd>" for term, meaning in GLOSSARY.items())
     verdict_class = "fail" if c.gate_failed else "pass"
+    numerics_tally = numerics_line(c)
+    numerics_html = f"<p><b>{esc(numerics_tally)}</b></p>\n" if numerics_tally else ""
     hidden_note = "".join(f"<p>{esc(line)}; tick \"show all\" below the pass's heading to list them.</p>"
                           for line in hidden_lines)
     page = f"""<!doctype html>
@@ -617,6 +717,7 @@ table{{border-collapse:collapse;font-size:12px}}
 td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}td:first-child{{text-align:left;font-family:monospace}}
 th{{cursor:pointer;background:#f4f4f4}}th[data-order=asc]::after{{content:" \\25B2"}}th[data-order=desc]::after{{content:" \\25BC"}}
 tr.same-code td{{background:#eef3fa}}tr.quiet{{display:none}}
+td.numerics.bad{{color:{COLOURS["regression"]};font-weight:bold}}
 section:has(.show-all:checked) tr.quiet{{display:table-row}}
 #verdict{{font-size:1.3em;font-weight:bold;padding:0.4em;border-left:6px solid}}
 #verdict.fail{{border-color:{COLOURS["regression"]}}}#verdict.pass{{border-color:{COLOURS["improvement"]}}}
@@ -625,7 +726,7 @@ dt{{font-weight:bold;font-family:monospace}}dd{{margin:0 0 0.3em 2em}}
 <h1>Perf comparison</h1>
 <p id="verdict" class="{verdict_class}">{esc(verdict_line(c))}</p>
 <p><b>{esc(tally_line(c))}</b></p>
-{hidden_note}
+{numerics_html}{hidden_note}
 <img alt="delta per shape, one panel per pass" src="data:image/png;base64,{base64.b64encode(png).decode()}">
 <h2>What was compared</h2><ul>{head}</ul>
 {chr(10).join(sections)}

@@ -12,7 +12,7 @@ from mha_ci.perf.combine import combine
 from mha_ci.perf.compare import compare
 from mha_ci.perf.document import check_perf
 
-from perf_builders import doc, entry, gate  # noqa: E402
+from perf_builders import doc, entry, gate, numerics, versus  # noqa: E402
 
 KEYS = ["dense_b1_hq8_hk8_sq1024_sk1024_dqk64_dv64_c1", "dense_b64_hq8_hk1_sq1_sk4096_dqk128_dv128_c1"]
 ROOT = Path(__file__).resolve().parents[3]
@@ -120,3 +120,43 @@ def test_roll_starts_over_for_another_triton():
     rolled, reset = roll(old, new, window=5)
     assert "different triton" in reset
     assert rolled["results"][0]["stats"]["run_trimmed_means_us"] == [90.0]
+
+
+def _runs_with_numerics(per_run: list[dict | None], values=(100.0, 104.0, 102.0)) -> list[dict]:
+    runs = _runs([(us, 50.0) for us in values])
+    for run, num in zip(runs, per_run):
+        if num is not None:
+            run["results"][0]["numerics"] = num
+    return runs
+
+
+def test_combine_carries_the_numerics_of_the_run_it_keeps():
+    kept = numerics(rms=2e-3, versus=versus("c" * 40))
+    out = combine(_runs_with_numerics([numerics(), numerics(), kept]))      # 102 is the median: run 3
+    shape = out["results"][0]
+    assert shape["numerics"]["reference"]["errors"]["out"]["rms_rel"] == 2e-3
+    assert "versus" not in shape["numerics"] and shape["numerics"]["error"] is None
+    assert "numerics" not in out["results"][1]      # a shape measured without numerics stays so
+    assert check_perf(out) is None
+
+
+def test_runs_that_disagree_on_the_bits_make_the_shape_unmeasured():
+    out = combine(_runs_with_numerics([numerics(), numerics(sha={"lse": "x"}), numerics()]))
+    error = out["results"][0]["numerics"]["error"]
+    assert error.startswith("runs disagree: lse of seed 7: run 1 and run 2 differ")
+    candidate = doc([entry(KEYS[0], 102.0) | {"numerics": numerics()}, entry(KEYS[1], 50.0) | {"numerics": numerics()}])
+    c = compare(out, candidate, gate())
+    assert c.shapes[0].numerics.class_ == "unmeasured" and "runs disagree" in c.shapes[0].numerics.reason
+    assert any(f.startswith("numerics not measured for 2 shape(s)") for f in c.failures)
+
+
+def test_runs_on_other_seeds_are_not_a_disagreement():
+    out = combine(_runs_with_numerics([numerics(seed=1), numerics(seed=2, sha="x"), numerics(seed=1)]))
+    assert out["results"][0]["numerics"]["error"] is None
+
+
+def test_a_failed_shape_keeps_the_first_runs_numerics_and_the_disagreement():
+    runs = _runs_with_numerics([numerics(), numerics(sha="x")])
+    runs[1]["results"][0].update(stats=None, error="launch failed")
+    shape = combine(runs)["results"][0]
+    assert shape["stats"] is None and shape["numerics"]["error"].startswith("runs disagree")
