@@ -57,7 +57,7 @@ def accuracy_document(measurement: dict, keys: list[str]) -> dict:
         record["numerics"] = {k: v for k, v in record["numerics"].items() if k not in ("versus", "seconds")}
     return {"schema": measurement["schema"], "provenance": measurement["provenance"],
             "method": measurement["method"],
-            "selection": {"subset": "accuracy", "count": len(results), "chunk": None, "keys": None},
+            "selection": {"subset": "pr", "count": len(results), "chunk": None, "keys": None},
             "results": results}
 
 
