@@ -607,10 +607,13 @@ def _measure_entry(torch, timer, args, method: Method, n: int, entry: dict, kern
         try:
             if measured and args.numerics:
                 save_to = out_path(args.save_outputs) if args.save_outputs else None
-                record["numerics"] = numerics.capture(torch, shape, key, make_inputs, args.device, save_to)
-                # The code the numbers came from, so a stored accuracy record is keyed by it.
-                if "code_objects" in record:
-                    record["numerics"]["code_objects"] = record["code_objects"]
+                # The code the numbers came from, so a stored accuracy record is keyed by it: every
+                # kernel of the captured call, the forward of a backward shape included (the
+                # timed backward step launches only the backward's).
+                with LaunchRecorder() as launched:
+                    record["numerics"] = numerics.capture(torch, shape, key, make_inputs, args.device, save_to)
+                if launched.hashes:
+                    record["numerics"]["code_objects"] = dict(sorted(launched.hashes.items()))
                 if record["numerics"]["error"]:
                     note += f"  numerics: {record['numerics']['error'][:60]}"
                 if args.device == "cuda":
