@@ -29,3 +29,43 @@ def test_perf_history_of_an_unknown_arch_names_the_known_ones(repo_root, tmp_pat
     assert code == ExitCode.CONFIG_ERROR
     err = capsys.readouterr().err
     assert "archs with baselines: sm90 " in err and "did you mean 'sm90'" in err
+
+
+LOOKALIKES = [("ci\uff1asm90", "ci:sm90"),       # fullwidth colon
+              ("\u0441i:sm90", "ci:sm90"),       # Cyrillic es
+              ("ci:\u200bsm90", "ci:sm90"),      # zero-width space
+              ("ci:gfx95\u200b0", "ci:gfx950")]
+
+
+@pytest.mark.parametrize("label, meant", LOOKALIKES)
+def test_a_lookalike_label_in_an_event_fails_naming_the_label_meant(repo_root, tmp_path, capsys, label, meant):
+    import json
+
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"base": {"ref": "main"}, "labels": [{"name": label}]}}))
+    changed = tmp_path / "changed.txt"
+    changed.write_text("docs/ci-guide.md\n")
+    code = main(["--root", str(repo_root), "plan", "--github-event", str(event), "--event", "pull_request",
+                 "--changed-files", str(changed)])
+    err = capsys.readouterr().err
+    assert code == ExitCode.CONFIG_ERROR, err
+    assert f"did you mean '{meant}'" in err and "non-ASCII or invisible" in err
+
+
+@pytest.mark.parametrize("label", [label for label, _ in LOOKALIKES])
+def test_a_lookalike_label_in_triggers_yaml_is_refused(pipeline_root, label):
+    from mha_ci.errors import ConfigError
+    from mha_ci.model.loader import load_pipeline
+
+    triggers = pipeline_root / "pipelines" / "triggers.yaml"
+    text = triggers.read_text()
+    assert "ci:perf:" in text
+    triggers.write_text(text.replace("ci:perf:", f"{json_string(label)}:", 1))
+    with pytest.raises(ConfigError, match="non-ASCII or invisible"):
+        load_pipeline(pipeline_root)
+
+
+def json_string(text: str) -> str:
+    import json
+
+    return json.dumps(text)             # a YAML double-quoted scalar takes JSON's \u escapes
