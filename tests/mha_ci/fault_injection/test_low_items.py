@@ -69,3 +69,28 @@ def json_string(text: str) -> str:
     import json
 
     return json.dumps(text)             # a YAML double-quoted scalar takes JSON's \u escapes
+
+
+def test_a_lock_pin_without_a_hash_fails_validate(pipeline_root, capsys):
+    lock = pipeline_root / "containers" / "triton-3.4" / "requirements.lock"
+    text = lock.read_text()
+    lock.write_text(text.replace("execnet==2.1.2 \\\n", "execnet==2.1.2\n", 1).replace(
+        "    --hash=sha256:67fba928dd5a544b783f6056f449e5e3931a5c378b128bc18501f7ea79e296ec\n", "", 1))
+    assert main(["--root", str(pipeline_root), "validate"]) == ExitCode.CONFIG_ERROR
+    err = capsys.readouterr().err
+    assert "pins execnet without --hash" in err and "requirements.lock" in err
+
+
+@pytest.mark.parametrize("kind, said", [("folder", "is a folder"), ("fifo", "is a FIFO")])
+def test_a_lock_that_is_not_a_file_says_what_it_is(pipeline_root, capsys, kind, said):
+    import os
+
+    lock = pipeline_root / "containers" / "triton-3.4" / "requirements.lock"
+    lock.unlink()
+    if kind == "folder":
+        lock.mkdir()
+    else:
+        os.mkfifo(lock)
+    assert main(["--root", str(pipeline_root), "validate"]) == ExitCode.CONFIG_ERROR
+    err = capsys.readouterr().err
+    assert said in err and "not found" not in err
