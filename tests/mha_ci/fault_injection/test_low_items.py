@@ -94,3 +94,20 @@ def test_a_lock_that_is_not_a_file_says_what_it_is(pipeline_root, capsys, kind, 
     assert main(["--root", str(pipeline_root), "validate"]) == ExitCode.CONFIG_ERROR
     err = capsys.readouterr().err
     assert said in err and "not found" not in err
+
+
+def test_workers_without_pytest_xdist_under_pins_record_is_an_environment_error(tmp_path, capsys, monkeypatch):
+    """--pins record does not refuse a missing pytest-xdist: the payload must, before pytest reads
+    `-n` as a usage error and the shard as failed."""
+    from mha_ci.payloads import correctness
+
+    monkeypatch.setenv("MHA_CI_OUT", str(tmp_path))
+    monkeypatch.setattr(correctness.pincheck, "enforce_report", lambda: {
+        "versions": {"pytest-xdist": None}, "pins_checked": False,
+        "pin_mismatches": ["toolchain t pins pytest-xdist==3.8.0 but the environment does not have pytest-xdist"]})
+    (tmp_path / "tests.txt").write_text("tests/mha/test_nothing.py::test_x\n")
+    code = correctness.main(["run", "--tests", "tests.txt", "--junit", "junit.xml", "--report", "report.json",
+                             "--workers", "2"])
+    assert code == ExitCode.ENVIRONMENT_ERROR
+    err = capsys.readouterr().err
+    assert "pytest-xdist" in err and "environment error" in err
