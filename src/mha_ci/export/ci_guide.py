@@ -170,6 +170,12 @@ def _trust_lines() -> list[str]:
         "environment. The container is removed before any action runs again, and only the regular files of "
         "the output folder are uploaded, with the exit code `docker run` returned. The GPU runners need docker "
         "(as for a `container:` job), not Python.",
+        "- **AMD GPU jobs run without a seccomp filter** (`--security-opt seccomp=unconfined`, as the docker "
+        "executor does locally): the ROCm runtime places memory by NUMA node (`mbind`, `set_mempolicy`), which "
+        "docker's default profile refuses, and AMD's container guide runs ROCm so. It widens the kernel calls "
+        "a pull request's code can make on those runners; what bounds it is the rest of this list: no "
+        "`--privileged`, docker's default capabilities, no token in the container, and an ephemeral runner "
+        "(below). NVIDIA jobs keep docker's default profile.",
         "- **A new push withdraws the approval**: the approval named the old head, so it holds for nothing new; "
         "the push cancels the approved run in progress, and a GPU job that starts later refuses to check out. "
         f"Review the new commits and approve the new head. A new `{APPROVAL_COMMAND}` from a maintainer also "

@@ -111,3 +111,18 @@ def test_workers_without_pytest_xdist_under_pins_record_is_an_environment_error(
     assert code == ExitCode.ENVIRONMENT_ERROR
     err = capsys.readouterr().err
     assert "pytest-xdist" in err and "environment error" in err
+
+
+def test_an_unconfined_seccomp_profile_is_amd_only_and_said_why_where_it_is_emitted(repo_root):
+    """The AMD GPU containers run pull-request code without a seccomp filter: the generated
+    workflows and the CI guide's trust section must say so and why, not leave it to be found."""
+    from mha_ci.export.matrix import CONTAINER_OPTIONS
+
+    assert [kind for kind, options in CONTAINER_OPTIONS.items() if "seccomp=unconfined" in options] == ["amd-gpu"]
+    for name in ("pr-gpu.yml", "main.yml"):
+        line = next(line for line in (repo_root / ".github/workflows" / name).read_text().splitlines()
+                    if "CONTAINER_OPTIONS:" in line)
+        assert "# AMD GPU jobs run with seccomp=unconfined" in line and "CI guide" in line, name
+    guide = (repo_root / "docs/ci-guide.md").read_text()
+    trust = guide[guide.index("### Trust"):guide.index("### Labels")]
+    assert "seccomp=unconfined" in trust and "ephemeral runner" in trust
