@@ -126,3 +126,55 @@ def test_an_unconfined_seccomp_profile_is_amd_only_and_said_why_where_it_is_emit
     guide = (repo_root / "docs/ci-guide.md").read_text()
     trust = guide[guide.index("### Trust"):guide.index("### Labels")]
     assert "seccomp=unconfined" in trust and "ephemeral runner" in trust
+
+
+# -- whole or not at all: files other steps read as results or inputs ----------------------------
+
+def test_a_tune_record_on_a_full_disk_is_an_environment_error_leaving_the_earlier_one(tmp_path, monkeypatch):
+    from mha_ci.errors import EnvironmentProblem
+    from mha_ci.tune import outdir
+    from test_full_disk import full_disk
+
+    target = tmp_path / "plan.json"
+    target.write_text('{"pass": 1}\n')
+    full_disk(monkeypatch, {"plan.json"})
+    with pytest.raises(EnvironmentProblem):
+        outdir.write_json(target, {"pass": 2})
+    assert target.read_text() == '{"pass": 1}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+
+
+def test_a_group_plan_on_a_full_disk_is_an_environment_error_leaving_the_earlier_one(repo_root, tmp_path, monkeypatch,
+                                                                                      capsys):
+    """The gate judges the jobs --group-plan lists: half a list would be a gate over fewer jobs."""
+    import json
+
+    from test_full_disk import full_disk
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"jobs": [{"id": "correctness-interpreter-triton-3.4-1of2", "kind": "correctness",
+                                          "arch": "interpreter", "toolchain": "triton-3.4"}]}))
+    grouped = tmp_path / "grouped.json"
+    grouped.write_text("earlier\n")
+    full_disk(monkeypatch, {"grouped.json"})
+    code = main(["--root", str(repo_root), "export", "matrix", "--plan", str(plan), "--group-plan", "cpu", str(grouped)])
+    assert code == ExitCode.ENVIRONMENT_ERROR, capsys.readouterr().err
+    assert grouped.read_text() == "earlier\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grouped.json", "plan.json"]
+
+
+def test_a_shards_test_list_on_a_full_disk_is_an_environment_error_not_a_shorter_shard(repo_root, tmp_path,
+                                                                                        monkeypatch):
+    from mha_ci.errors import EnvironmentProblem
+    from mha_ci.jobs import JobResult
+    from mha_ci.jobs.correctness import job
+    from mha_ci.model.loader import load_pipeline
+    from test_full_disk import full_disk
+
+    pipeline = load_pipeline(repo_root)
+    result = JobResult(job_id="correctness-interpreter-triton-3.4-1of1", kind="correctness", verdict="pass")
+    full_disk(monkeypatch, {"tests.txt"})
+    with pytest.raises(EnvironmentProblem):
+        job._shard(["tests/mha/test_a.py::test_x", "tests/mha/test_b.py::test_y"], pipeline,
+                   pipeline.archs["interpreter"], "triton-3.4", 1, 1, tmp_path, result)
+    assert not (tmp_path / "tests.txt").exists()
