@@ -60,8 +60,13 @@ def check(sha: str, commenter: str, permission: str, pull: dict) -> None:
 def _get(api: str, path: str, token: str) -> dict:
     request = urllib.request.Request(f"{api}/{path}", headers={"Authorization": f"Bearer {token}",
                                                                "Accept": "application/vnd.github+json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        found = json.load(response)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            found = json.load(response)
+    except OSError as exc:             # HTTPError (404: no such user or pull request), URLError, timeout
+        raise Refused(f"cannot read {path} from the GitHub API: {exc}") from None
+    except ValueError:
+        raise Refused(f"the GitHub API's answer for {path} is not JSON") from None
     if not isinstance(found, dict):
         raise Refused(f"unexpected answer from {path}")
     return found

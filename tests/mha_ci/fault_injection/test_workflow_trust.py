@@ -377,6 +377,22 @@ def test_an_approval_is_refused_red_with_the_reason(tmp_path, body, pull, why):
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "event.json").exists()
 
 
+def test_an_approval_by_someone_the_api_does_not_know_is_refused_with_the_reason(tmp_path):
+    done = approve(tmp_path, f"/gpu-approve {SHA}")
+    assert done.returncode == 0
+    (tmp_path / "outputs").unlink()
+    (tmp_path / "event.json").unlink()
+    shutil.rmtree(tmp_path / "api" / "repos" / "owner" / "repo" / "collaborators")
+    done = subprocess.run([sys.executable, "-m", "mha_ci.export.approval", "--event-out", str(tmp_path / "event.json")],
+                          env={**os.environ, "GITHUB_API_URL": (tmp_path / "api").as_uri(),
+                               "GITHUB_REPOSITORY": "owner/repo", "PR_NUMBER": "7", "GH_TOKEN": "t",
+                               "COMMENT_BODY": f"/gpu-approve {SHA}", "COMMENTER": "alice",
+                               "GITHUB_OUTPUT": str(tmp_path / "outputs"), "PYTHONPATH": str(REPO_ROOT / "src")},
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "cannot read repos/owner/repo/collaborators/alice/permission" in done.stderr
+
+
 def test_approval_runs_on_the_standard_library_alone():
     """pr-gpu.yml runs it before anything of the pull request is installed; gate.py imports it."""
     source = Path(approval.__file__).read_text()
