@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mha_ci.errors import ExitCode
 from mha_ci.export import ci_guide, github, matrix
+from mha_ci.files import write_atomic
 from mha_ci.model.loader import load_pipeline
 
 
@@ -63,7 +64,8 @@ def _matrix(args) -> int:
     sys.stdout.write(matrix.github_output(pipeline, plan))
     if args.group_plan:
         group, target = args.group_plan
-        Path(target).write_text(json.dumps(matrix.group_plan(pipeline, plan, group), indent=2) + "\n")
+        # The gate reads it as the list of jobs to judge: half a file must never be that list.
+        write_atomic(Path(target), json.dumps(matrix.group_plan(pipeline, plan, group), indent=2) + "\n")
     return ExitCode.OK
 
 

@@ -55,7 +55,8 @@ def device_options(arch: Arch) -> dict:
     """docker run options that give the container the devices `arch` needs."""
     if arch.device == "amd-gpu":
         # ROCm needs the kernel driver (/dev/kfd) and the render nodes; the video group owns
-        # them, and ROCm's memory mapping calls are blocked by docker's default seccomp profile.
+        # them, and its NUMA memory calls are refused by docker's default seccomp profile (the
+        # same options as CI's: export/matrix.py says what bounds it).
         return {"devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
                 "group_add": ["video"], "security_opt": ["seccomp=unconfined"]}
     if arch.device == "nvidia-gpu":

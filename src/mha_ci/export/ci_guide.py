@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mha_ci.export.approved_gpu import APPROVAL_LABEL, GPU_STATUS
+from mha_ci.export.approved_gpu import APPROVAL_COMMAND, GPU_CHECK
 from mha_ci.export.github import NIGHTLY_CRON
 from mha_ci.model.pipeline import Pipeline, Selection
 
@@ -66,8 +66,8 @@ def render(pipeline: Pipeline) -> str:
         "- A new push cancels the run of the previous one, and so does adding a label (any label: the "
         "replacement run plans again, so a cancelled run never leaves a green gate behind). The `gate` check "
         "fails unless every planned CPU job of a non-draft pull request left a passing result; a draft's gate "
-        f"is red until it is marked ready. GPU jobs run only once a maintainer approves the head commit "
-        f"(`{APPROVAL_LABEL}`, see Trust); their verdict is the commit status `{GPU_STATUS}`.",
+        f"is red until it is marked ready. GPU jobs run only once a maintainer approves the head commit by its "
+        f"SHA (`{APPROVAL_COMMAND} <sha>`, see Trust); their verdict is the check run `{GPU_CHECK}`.",
         "- A job that was cancelled or interrupted (SIGTERM, Ctrl-C) records `interrupted` and exits 143 / "
         "130, never a pass; a crash of mha-ci itself exits 4 with the traceback in a file.",
         "",
@@ -141,12 +141,18 @@ def _trust_lines() -> list[str]:
         "catches mistakes, not a fork: a `pull_request` run executes the pull request's own `pr.yml` and its own "
         "`mha-ci`, which a fork can rewrite, guard and `--check` step included. What keeps a fork off the GPU "
         "machines is that only workflow files of the default branch are admitted to them (settings below).",
-        f"- **GPU jobs of a pull request** run in `pr-gpu.yml` once a maintainer has reviewed the change and added "
-        f"the label `{APPROVAL_LABEL}`. It is a `pull_request_target` workflow, so GitHub runs the default "
-        "branch's copy of the file, and it plans with the default branch's `mha-ci` and `pipelines/`: a pull "
-        "request cannot change where or what it runs. It checks out exactly the head commit the label was given "
-        "to, checks on the GPU runner, before any checkout, that the pull request's head is still that commit "
-        "and still labelled, and runs with a read-only token, no secrets and no stored credentials.",
+        f"- **GPU jobs of a pull request** run in `pr-gpu.yml` once a maintainer with write access has reviewed "
+        f"the change and commented `{APPROVAL_COMMAND} <sha>` on the pull request, with the full 40-character SHA "
+        "of the head commit they reviewed. The approval names a commit, not the pull request: a label would "
+        "also approve a push that landed just before it was clicked. `pr-gpu.yml` runs on `issue_comment` and "
+        "`pull_request_target`, so GitHub runs the default branch's copy of the file, and it plans with the "
+        "default branch's `mha-ci` and `pipelines/`: a pull request cannot change where or what it runs. Its "
+        "`plan` job (`export/approval.py`) refuses, red and with the reason, a comment whose author lacks write "
+        "access, a short or missing SHA, a closed or draft pull request, and a head that moved past the named "
+        "SHA. The GPU jobs check out exactly that SHA, check again on the GPU runner, before any checkout, "
+        "that it is still the head, and run with a read-only token, no secrets and no stored credentials. "
+        "(An environment with required reviewers was not chosen: its reviewer approves a run, and the page "
+        "does not bind that to the commit they read.)",
         "- **A pull request is judged by the base branch's gate.** The approved run checks out the default branch "
         "beside the pull request and runs `mha-ci run --gate-from` it: perf jobs take the gate settings, shapes "
         "and method of its `pipelines/perf.yaml` and `pipelines/workloads.yaml`, and its "
@@ -164,11 +170,21 @@ def _trust_lines() -> list[str]:
         "environment. The container is removed before any action runs again, and only the regular files of "
         "the output folder are uploaded, with the exit code `docker run` returned. The GPU runners need docker "
         "(as for a `container:` job), not Python.",
-        f"- **A new push withdraws the approval**: it removes `{APPROVAL_LABEL}` and cancels the approved run; "
-        "review the new commits and label again. Removing the label also cancels. Add `ci:` labels before the "
-        "approval: the approved run plans with the labels present when it starts.",
-        f"- **Verdict**: `pr-gpu.yml` posts the commit status `{GPU_STATUS}` on the approved commit (the checks "
-        "of a `pull_request_target` run are attached to the base branch, not to the pull request). With no GPU "
+        "- **AMD GPU jobs run without a seccomp filter** (`--security-opt seccomp=unconfined`, as the docker "
+        "executor does locally): the ROCm runtime places memory by NUMA node (`mbind`, `set_mempolicy`), which "
+        "docker's default profile refuses, and AMD's container guide runs ROCm so. It widens the kernel calls "
+        "a pull request's code can make on those runners; what bounds it is the rest of this list: no "
+        "`--privileged`, docker's default capabilities, no token in the container, and an ephemeral runner "
+        "(below). NVIDIA jobs keep docker's default profile.",
+        "- **A new push withdraws the approval**: the approval named the old head, so it holds for nothing new; "
+        "the push cancels the approved run in progress, and a GPU job that starts later refuses to check out. "
+        f"Review the new commits and approve the new head. A new `{APPROVAL_COMMAND}` from a maintainer also "
+        "cancels the run in progress. Add `ci:` labels before the approval: the approved run plans with the "
+        "labels the pull request has when the approval is checked.",
+        f"- **Verdict**: `pr-gpu.yml` creates the check run `{GPU_CHECK}` on the approved commit (`checks: "
+        "write`; the jobs' own checks of these runs are attached to the base branch, not to the pull request). "
+        "A check run, not a commit status: any token with `statuses: write` (a personal token included) can post "
+        "a status, and branch protection (below) requires this check from the GitHub Actions app. With no GPU "
         "job planned it is green and says so; a pull request that changes a toolchain lock has no GPU image "
         "until it is merged (below), so its approved GPU jobs fail to pull.",
         "- **main, nightly, images**: the GPU jobs of `main.yml` and `nightly.yml`, and publishing in "
@@ -194,14 +210,18 @@ def _trust_lines() -> list[str]:
         "an earlier job's output folder refuses to run (exit 3).",
         "- **Outside contributors**: Actions, *Fork pull request workflows from outside collaborators*: require "
         "approval for all outside collaborators, so a fork's CPU jobs wait until a maintainer has looked.",
-        f"- **Who may approve**: adding a label needs the triage role: give triage (and write) to maintainers "
-        f"only, so that `{APPROVAL_LABEL}` means a maintainer's review.",
+        f"- **Who may approve**: `{APPROVAL_COMMAND}` counts only from an author with write access: give write "
+        "to maintainers only, so that an approval means a maintainer's review.",
         "- **Token**: Actions, *Workflow permissions*: read repository contents and packages by default; jobs "
         "ask for more in the file, with the reason beside each permission. The nightly refresh opens its pull "
         "requests with the workflow token, which needs *Allow GitHub Actions to create and approve pull "
         "requests*; the code-owner review below is what an Actions approval cannot give.",
         f"- **Branch protection** of the default branch: require the `gate` check of `pull request` and the "
-        f"status `{GPU_STATUS}`, and a review by a code owner of `.github/`, `pipelines/` and `src/mha_ci/` (a "
-        "change there changes the guard itself, and takes effect for GPU runs only once merged).",
+        f"check `{GPU_CHECK}` with its source set to the *GitHub Actions* app (a status or check posted with "
+        "any other credential then does not count), and a review by a code owner of `.github/`, `pipelines/` "
+        "and `src/mha_ci/` (a change there changes the guard itself, and takes effect for GPU runs only once "
+        "merged). What remains: a workflow of this repository can create a check run of that name too, from a "
+        "job so named or with `checks: write`; a branch of this repository needs write access, and a fork's "
+        "workflow change needs the code owners' review above before it can merge.",
         "",
     ]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mha_ci.errors import MhaCiError
+from mha_ci.export.approval import COMMAND as APPROVAL_COMMAND
 from mha_ci.files import read_capped
 
 RESULTS_SCHEMA = "mha-ci.results/1"
@@ -48,10 +49,8 @@ def artifact_name(job_id: str) -> str:
     return f"{ARTIFACT_PREFIX}{job_id}"
 
 
-# The approval label is export/approved_gpu.py's APPROVAL_LABEL (that module is not standard library
-# only; a test holds the two equal).
 WITHHELD_FROM_FORKS = ("withheld until approved: a pull request's GPU jobs, a fork's too, run in pr-gpu.yml "
-                       "once a maintainer labels its head commit gpu-approved (CI guide, Trust)")
+                       f"once a maintainer comments {APPROVAL_COMMAND} <sha> naming its head commit (CI guide, Trust)")
 
 
 def check_job(job_id: str, artifacts: Path, same_repository: bool = True) -> JobCheck:

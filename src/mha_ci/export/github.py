@@ -10,15 +10,15 @@ branch, on commits the default branch holds or a maintainer approved.
   result (export/gate.py). The planned GPU jobs are only named: this workflow, the pull request's
   own file, must never reach a GPU runner.
 - pr-gpu.yml (`pull_request_target`, so GitHub takes it from the default branch, never from the
-  pull request): the GPU jobs of a pull request, after a maintainer adds the APPROVAL_LABEL.
-  The plan is made by the default branch's mha-ci and pipelines/ over the pull request's changed
-  paths; the GPU jobs check out exactly the head SHA of the label event, and judge perf by the
-  default branch's gate settings and baselines (`mha-ci run --gate-from`); a new push
-  (`synchronize`) removes the label and cancels the run, and every GPU job first asks the API
-  that the head is still that SHA and still labelled. Read-only token, no secrets, no persisted
+  pull request; `issue_comment` too): the GPU jobs of a pull request, after a maintainer with
+  write access comments `/gpu-approve <sha>` naming the head commit they reviewed. The plan is made
+  by the default branch's mha-ci and pipelines/ over the pull request's changed paths; the GPU jobs
+  check out exactly that SHA, and judge perf by the default branch's gate settings and baselines
+  (`mha-ci run --gate-from`); a new push (`synchronize`) cancels the run, and every GPU job first
+  asks the API that the head is still that SHA. Read-only token, no secrets, no persisted
   credentials; the code under test runs in a `docker run` of its own, never beside an action
   (every action holds the token that writes the cache). A `pull_request_target` run is attached to the base branch, not to the pull
-  request's head, so its `gate` posts the verdict as a commit status (GPU_STATUS) on the
+  request's head, so its `gate` creates the verdict as a check run (GPU_CHECK) on the
   approved SHA: that is the check branch protection requires.
 - main.yml: pushes to main and manual dispatch: plan, cpu, gpu, gate; jobs.yaml's `push` and
   `manual` events say what runs. The GPU jobs run only when the ref is the default branch.
@@ -62,7 +62,7 @@ from pathlib import Path
 
 from mha_ci.errors import ConfigError
 from mha_ci.export import yaml_text
-from mha_ci.export.approved_gpu import APPROVAL_LABEL, pr_gpu_workflow
+from mha_ci.export.approved_gpu import APPROVAL_COMMAND, pr_gpu_workflow
 from mha_ci.export.images_workflow import REGISTRY_FROM_REPOSITORY, images_workflow
 from mha_ci.export.matrix import check_hosted
 from mha_ci.export.steps import (
@@ -173,8 +173,8 @@ def pr_workflow(pipeline: Pipeline) -> dict:
         "name": "GPU jobs wait for approval",
         "env": {"GPU_COUNT": expr("steps.matrix.outputs.gpu_count")},
         "run": ('if [ "$GPU_COUNT" != "0" ]; then\n'
-                f'  echo "$GPU_COUNT GPU jobs planned: they run in pr-gpu.yml once a maintainer labels the head commit '
-                f'{APPROVAL_LABEL} (docs/ci-guide.md, Trust)" | tee -a "$GITHUB_STEP_SUMMARY"\n'
+                f'  echo "$GPU_COUNT GPU jobs planned: they run in pr-gpu.yml once a maintainer comments '
+                f'{APPROVAL_COMMAND} <sha> naming the head commit (docs/ci-guide.md, Trust)" | tee -a "$GITHUB_STEP_SUMMARY"\n'
                 "fi\n")})
     return {
         "name": "pull request",

@@ -31,7 +31,13 @@ from mha_ci.model.types import Arch, Toolchain
 
 # What each device kind needs from `docker run` (the same as the docker executor gives locally).
 # AMD: the KFD compute interface and the DRI render nodes, the video group that owns them, and
-# no seccomp filter (ROCm's memory mapping calls are blocked by docker's default profile).
+# no seccomp filter: the ROCm runtime places memory by NUMA node (mbind, set_mempolicy), which
+# docker's default profile refuses without CAP_SYS_NICE, and AMD's container guide runs ROCm
+# unconfined. It widens the kernel calls the pull request's code can make, so it is bounded the
+# other way: no --privileged, docker's default capabilities, no token, an ephemeral runner (CI
+# guide, Trust). A narrower profile (the default plus those calls) waits on a run on MI300X.
+SECCOMP_NOTE = ("AMD GPU jobs run with seccomp=unconfined (ROCm's NUMA memory calls; bounded by "
+                "an ephemeral runner, default capabilities, no token): export/matrix.py, CI guide Trust")
 CONTAINER_OPTIONS = {
     "amd-gpu": "--device /dev/kfd --device /dev/dri --group-add video --security-opt seccomp=unconfined",
     "nvidia-gpu": "--gpus all",

@@ -7,6 +7,7 @@ ACTION_RELEASES, written as a comment on its line. Checkout never persists the t
 from __future__ import annotations
 
 from mha_ci.export.gate import ARTIFACT_PREFIX
+from mha_ci.export.matrix import SECCOMP_NOTE
 from mha_ci.export.yaml_text import Noted
 
 CHECKOUT = "actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8"
@@ -159,7 +160,7 @@ def gpu_run_steps(gate_from_base: bool) -> list[dict]:
     job_id = {"JOB_ID": expr("matrix.id")}
     return [
         {"name": "Run",
-         "env": {**job_id, "IMAGE": expr("matrix.image"), "CONTAINER_OPTIONS": expr("matrix.container_options"),
+         "env": {**job_id, "IMAGE": expr("matrix.image"), "CONTAINER_OPTIONS": Noted(expr("matrix.container_options"), SECCOMP_NOTE),
                  "IN_IMAGE": IN_IMAGE},
          "run": _gpu_run_script(gate_from_base)},
         {"name": "Stop the run's container", "if": "always()", "env": job_id,

@@ -9,12 +9,13 @@ PIPELINE_FILES is an error: a file the runner ignores would be configuration tha
 """
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any, Generic, Iterable, Sequence
 
 from mha_ci.errors import ConfigError
 from mha_ci.model import schema
-from mha_ci.model.lockfile import normalise, read_pins
+from mha_ci.model.lockfile import normalise, read_hashes, read_pins
 from mha_ci.model.perf_schema import PERF_FILE, WORKLOADS_FILE, PerfFile, WorkloadsFile
 from mha_ci.model.pipeline import (ARCH_PLACEHOLDER, EventRules, KindMatrix, LabelRule, PathRule,
                                    Pipeline, Selection, Triggers)
@@ -89,17 +90,35 @@ def _load_toolchains(source: _Source[schema.ToolchainsFile], root: Path) -> dict
     return toolchains
 
 
+def _not_a_file(path: Path) -> str:
+    """What stands at `path` instead of a regular file, as words for an error."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "not found"
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    if stat.S_ISFIFO(mode):
+        return "is a FIFO, not a file"
+    return "is not a regular file (a socket or a device)"
+
+
 def _platform_environment(source: _Source[Any], root: Path, loc: tuple, relative: str,
                           only: tuple[str, ...]) -> PlatformEnvironment:
     lock = root / relative
     if not lock.resolve().is_relative_to(Path(root).resolve()):   # nor read, nor quoted in the error
         raise source.error(loc, f"lock file {relative} is outside the checkout; locks live under containers/")
     if not lock.is_file():
-        raise source.error(loc, f"lock file {relative} not found (looked for {lock})")
+        raise source.error(loc, f"lock file {relative} {_not_a_file(lock)} (looked for {lock})")
     try:
         pins = read_pins(lock)
     except ValueError as exc:
         raise source.error(loc, f"bad lock file: {exc}") from None
+    # Every executor installs with --require-hashes, which refuses a lock with one pin unhashed:
+    # say so here, before any job, rather than in the middle of an environment build.
+    unhashed = [name for name, hashes in read_hashes(lock).items() if not hashes]
+    if unhashed:
+        raise source.error(loc, f"lock file {relative} pins {', '.join(unhashed)} without --hash=sha256:...")
     missing = [pin for pin in REQUIRED_PINS if pin not in pins]
     if missing:
         raise source.error(loc, f"lock file {relative} pins no {', '.join(missing)}")

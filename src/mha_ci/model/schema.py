@@ -36,6 +36,17 @@ def _no_expression(label: str) -> str:
 RunnerLabel = Annotated[NonEmpty, AfterValidator(_no_expression)]
 
 
+def _plain_label(label: str) -> str:
+    # A label with a Cyrillic letter, a zero-width space or a fullwidth colon looks like another
+    # one on GitHub's page and in a review; triggers.yaml's labels must be what they look like.
+    if not (label.isascii() and label.isprintable()):
+        raise ValueError(f"label {label!r} holds non-ASCII or invisible characters: labels are plain ASCII")
+    return label
+
+
+LabelName = Annotated[NonEmpty, AfterValidator(_plain_label)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -183,8 +194,8 @@ class PathRuleSpec(_Strict):
 
 
 class TriggersFile(_Strict):
-    label_prefix: NonEmpty
-    labels: dict[NonEmpty, LabelRuleSpec] = {}
+    label_prefix: LabelName
+    labels: dict[LabelName, LabelRuleSpec] = {}
     documentation: list[NonEmpty] = []
     paths: list[PathRuleSpec] = []
 

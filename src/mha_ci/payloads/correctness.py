@@ -131,6 +131,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"mha-ci: {gpus} GPU(s) here, so {gpus} xdist worker(s) instead of {args.workers}", file=sys.stderr)
             args.workers = gpus
         report["workers"] = args.workers
+    if args.workers > 1 and versions.get("pytest-xdist") is None:
+        # Without it pytest refuses `-n` as a usage error, which would read as a failed shard;
+        # under `--pins record` no pin check caught the missing package first.
+        raise EnvironmentProblem(f"{args.workers} workers need pytest-xdist, which this environment does not have "
+                                 "(install the toolchain's pytest-xdist pin)")
     pytest_args = ["-q", "-rfEX", "-p", "no:cacheprovider", f"--junitxml={junit}", "-o", "junit_family=xunit2",
                    "-p", "mha_ci.payloads.known_failures", "-p", "mha_ci.payloads.gpu_per_worker"]
     if args.workers > 1:

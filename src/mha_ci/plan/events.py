@@ -124,18 +124,27 @@ def _base_branch(base: Any, path: Path) -> str | None:
 def label_warnings(triggers: Triggers, labels: frozenset[str]) -> list[str]:
     """Warnings for labels that are not ours but look like one of triggers.yaml's (a full-width
     colon, a dropped or changed character): the policy ignores them, so the run does less than was
-    asked. Labels with our prefix are checked strictly by the policy; this catches the near misses."""
+    asked. Labels with our prefix are checked strictly by the policy; this catches the near misses.
+    A near miss made of non-ASCII or invisible characters is refused (ConfigError), not warned of:
+    it is no typo."""
     known, prefix = [rule.label for rule in triggers.labels], triggers.label_prefix
     warnings = []
     folded_known = {unicodedata.normalize("NFKC", k).casefold(): k for k in known}
     for label in sorted(labels):
-        if label in known or label.casefold().startswith(prefix.casefold()):
+        if label in known or (_plain(label) and label.casefold().startswith(prefix.casefold())):
             continue
         folded = unicodedata.normalize("NFKC", label).casefold()
         match = folded_known.get(folded) or _closest_label(folded, folded_known)
+        if match and not _plain(label):         # a look-alike (Cyrillic letter, zero-width space) is a disguise
+            raise ConfigError(f"label {label!r} only looks like a CI label: it holds non-ASCII or invisible "
+                              "characters", key="labels", suggestion=match)
         if match:
             warnings.append(f"label '{label}' is not a CI label and runs nothing; did you mean '{match}'?")
     return warnings
+
+
+def _plain(label: str) -> bool:
+    return label.isascii() and label.isprintable()
 
 
 def _closest_label(folded: str, folded_known: dict[str, str]) -> str | None:

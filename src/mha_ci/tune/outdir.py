@@ -16,8 +16,9 @@ shape; a torn last line (a kill mid-write) is ignored by every reader.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from mha_ci.files import write_atomic
 
 PLAN_SCHEMA = "mha-ci.tune-plan/1"
 PROPOSAL_SCHEMA = "mha-ci.tune-proposal/1"
@@ -26,9 +27,7 @@ PROPOSAL_SCHEMA = "mha-ci.tune-proposal/1"
 def write_json(path: Path, data: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
     return path
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from mha_ci.cli import main as cli
 from mha_ci.export import ci_guide
-from mha_ci.export.approved_gpu import APPROVAL_LABEL, GPU_STATUS
+from mha_ci.export.approved_gpu import APPROVAL_COMMAND, GPU_CHECK
 from mha_ci.model.loader import load_pipeline
 
 
@@ -35,9 +35,10 @@ def test_guide_follows_a_pipeline_change(pipeline_root, capsys):
 def test_guide_states_the_trust_model_and_the_settings_it_relies_on(repo_root):
     text = ci_guide.render(load_pipeline(repo_root))
     trust = text[text.index("### Trust"):text.index("### Labels")]
-    for needed in ("`pr-gpu.yml`", "`pull_request_target`", f"`{APPROVAL_LABEL}`", f"`{GPU_STATUS}`",
+    for needed in ("`pr-gpu.yml`", "`pull_request_target`", f"`{APPROVAL_COMMAND} <sha>`", f"`{GPU_CHECK}`", "`issue_comment`", "write access",
+                   "moved past", "check run", "*GitHub Actions* app",
                    "GitHub-hosted", "exit 2", "default branch", "read-only token", "no secrets",
                    "*selected workflows*", "--ephemeral", "require approval for all outside collaborators",
-                   "triage", "Branch protection", "`mha-ci run --gate-from`", "judged by the base's",
+                   "Branch protection", "`mha-ci run --gate-from`", "judged by the base's",
                    "`ACTIONS_RUNTIME_TOKEN`", "no `container:`"):
         assert needed in trust, needed

@@ -135,7 +135,7 @@ def test_pr_workflow_gates_only_the_jobs_it_runs(generated):
     plan_steps = {step["name"]: step for step in pr["jobs"]["plan"]["steps"]}
     assert "--group-plan cpu gate/plan.json" in plan_steps["Job matrices"]["run"]
     assert plan_steps["Keep the plan"]["with"] == {"name": "plan", "path": "gate/plan.json"}
-    assert "gpu-approved" in plan_steps["GPU jobs wait for approval"]["run"]
+    assert "/gpu-approve <sha>" in plan_steps["GPU jobs wait for approval"]["run"]
     assert "--same-repository" not in json.dumps(pr)
 
 
@@ -152,8 +152,7 @@ EXTRA_PERMISSIONS = {   # workflow, job: the permissions beyond contents: read, 
     ("nightly.yml", "gpu"): {"contents": "read", "packages": "read"},                # memcheck: pull its image
     ("pr-gpu.yml", "gpu"): {"contents": "read", "packages": "read", "pull-requests": "read"},
     ("pr-gpu.yml", "plan"): {"contents": "read", "pull-requests": "read"},           # approval check
-    ("pr-gpu.yml", "revoke"): {"pull-requests": "write"},                            # remove the label
-    ("pr-gpu.yml", "gate"): {"contents": "read", "statuses": "write"},               # post the verdict
+    ("pr-gpu.yml", "gate"): {"contents": "read", "checks": "write"},                 # the verdict's check run
 }
 
 

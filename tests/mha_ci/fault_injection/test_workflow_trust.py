@@ -1,6 +1,6 @@
 """Probes of the exported workflows' trust model as a fork would try them: a CPU (device: none)
 job steered onto a self-hosted runner is refused by the exporter, and GPU jobs of pull requests
-run only from the default branch's workflow, on the head commit a maintainer approved."""
+run only from the default branch's workflow, on the head commit a maintainer approved by its SHA."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ import yaml
 
 from mha_ci.cli import main as cli
 from mha_ci.errors import ConfigError
-from mha_ci.export import approved_gpu, github, matrix, steps
+from mha_ci.export import approval, approved_gpu, github, matrix, steps
 from mha_ci.model.loader import load_pipeline
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -52,6 +52,19 @@ def test_export_matrix_and_check_exit_2_on_a_self_hosted_cpu_runner(pipeline_roo
     assert "archs.yaml" in err and "interpreter" in err and "self-hosted" in err
 
 
+@pytest.mark.parametrize("label", ["${{ github.event.pull_request.title }}", "gpu-${{ github.head_ref }}",
+                                   "h100}}"])
+def test_a_runner_label_holding_an_expression_is_refused_by_validation(pipeline_root, label):
+    """runs-on is evaluated with the event's context: an expression there would let a title or a
+    branch name pick the runner."""
+    archs = pipeline_root / "pipelines" / "archs.yaml"
+    text = archs.read_text()
+    assert "mi300x" in text
+    archs.write_text(text.replace("mi300x", repr(label), 1))
+    with pytest.raises(ConfigError, match="expression: labels are plain names"):
+        load_pipeline(pipeline_root)
+
+
 def test_other_github_hosted_images_are_accepted(pipeline_root):
     steer_cpu_runner(pipeline_root, "[ubuntu-24.04]")
     found = matrix.matrices(load_pipeline(pipeline_root), PLAN)
@@ -61,7 +74,7 @@ def test_other_github_hosted_images_are_accepted(pipeline_root):
 
 # -- the generated workflows -------------------------------------------------------------------
 
-APPROVED_SHA = "${{ github.event.pull_request.head.sha }}"
+APPROVED_SHA = "${{ needs.plan.outputs.sha }}"
 
 
 def load(path: Path) -> dict:
@@ -100,18 +113,22 @@ def test_self_hosted_jobs_run_only_from_default_branch_definitions(flows):
                 continue
             assert "pull_request" not in flow["on"], f"{name} / {job_id}"
             if name == "pr-gpu.yml":
-                assert set(flow["on"]) == {"pull_request_target"}
+                assert set(flow["on"]) == {"issue_comment", "pull_request_target"}
             else:          # push, schedule, dispatch: only the default branch's run gets a GPU
                 assert steps.ON_DEFAULT_BRANCH in job["if"], f"{name} / {job_id}"
 
 
-def test_approved_gpu_jobs_run_the_labelled_sha_read_only(flows):
+def test_approved_gpu_jobs_run_the_named_sha_read_only(flows):
     gpu_flow = flows["pr-gpu.yml"]
     plan, gpu = gpu_flow["jobs"]["plan"], gpu_flow["jobs"]["gpu"]
-    label = approved_gpu.APPROVAL_LABEL
-    assert plan["if"] == (f"github.event.action == 'labeled' && github.event.label.name == '{label}' "
-                          "&& github.event.pull_request.draft == false")
+    assert plan["if"] == ("github.event_name == 'issue_comment' && github.event.issue.pull_request "
+                          "&& startsWith(github.event.comment.body, '/gpu-approve ')")
     assert gpu["needs"] == "plan" and gpu["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.gpu) }}"
+    # the SHA the GPU jobs check out is the one export/approval.py checked, never the event's
+    assert plan["outputs"]["sha"] == "${{ steps.approval.outputs.sha }}"
+    approve = next(s for s in plan["steps"] if s.get("id") == "approval")
+    assert approve["run"] == "python -m mha_ci.export.approval --event-out approved-event.json\n"
+    assert approve["env"]["COMMENTER"] == "${{ github.event.comment.user.login }}"
     # the approval is checked again on the GPU runner before anything is checked out: nothing runs
     # before it but the pull of the (default branch's) image it runs in
     names = [step["name"] for step in gpu["steps"]]
@@ -127,34 +144,36 @@ def test_approved_gpu_jobs_run_the_labelled_sha_read_only(flows):
     assert "secrets." not in json.dumps(gpu)
     tokened = [step["name"] for step in gpu["steps"] if "github.token" in json.dumps(step)]
     assert tokened == ["Pull the toolchain image", "Approval still holds for this commit"]
-    # the plan runs the default branch's mha-ci: the approved commit is only diffed
+    # the plan runs the default branch's mha-ci over the approved pull request: the commit is only diffed
     plan_checkouts = [s for s in plan["steps"] if s.get("uses", "").startswith("actions/checkout@")]
     assert plan_checkouts[0]["with"] == {"fetch-depth": 0, "persist-credentials": False}
-    assert plan_checkouts[1]["with"]["ref"] == APPROVED_SHA and plan_checkouts[1]["with"]["path"] == "approved"
-    assert all(s.get("run", "").count("approved") == 0 for s in plan["steps"] if s.get("name") in ("Plan", "Install mha-ci"))
+    assert plan_checkouts[1]["with"]["ref"] == "${{ steps.approval.outputs.sha }}"
+    assert plan_checkouts[1]["with"]["path"] == "approved"
+    assert all(s.get("run", "").count("approved ") == 0 for s in plan["steps"] if s.get("name") in ("Plan", "Install mha-ci"))
+    assert "--github-event approved-event.json" in next(s for s in plan["steps"] if s["name"] == "Plan")["run"]
 
 
-def test_a_new_push_withdraws_the_approval(flows):
+def test_a_new_push_or_approval_cancels_the_approved_run_and_other_comments_do_not(flows):
     gpu_flow = flows["pr-gpu.yml"]
-    label = approved_gpu.APPROVAL_LABEL
-    assert gpu_flow["on"] == {"pull_request_target": {"types": ["labeled", "unlabeled", "synchronize"]}}
-    revoke = gpu_flow["jobs"]["revoke"]
-    assert revoke["if"].startswith("github.event.action == 'synchronize' && ")
-    assert "labels/$APPROVAL_LABEL" in revoke["steps"][0]["run"] and revoke["steps"][0]["env"]["APPROVAL_LABEL"] == label
-    assert revoke["permissions"] == {"pull-requests": "write"} and "uses" not in json.dumps(revoke)
-    # a push and the approval label share one group per pull request, so the push cancels the run
+    assert gpu_flow["on"] == {"issue_comment": {"types": ["created"]}, "pull_request_target": {"types": ["synchronize"]}}
+    assert set(gpu_flow["jobs"]) == {"plan", "gpu", "gate"}      # nothing runs on a push
     group = gpu_flow["concurrency"]["group"]
     assert gpu_flow["concurrency"]["cancel-in-progress"] is True
-    assert f"github.event.action == 'synchronize' || github.event.label.name == '{label}'" in group
+    assert group.startswith("pr-gpu-${{ github.event.issue.number || github.event.pull_request.number }}-")
+    assert "github.event_name == 'pull_request_target' || (startsWith(github.event.comment.body, '/gpu-approve ')" in group
+    assert "github.event.comment.author_association" in group and "|| github.run_id }}" in group
 
 
-def test_the_verdict_lands_on_the_approved_commit(flows):
+def test_the_verdict_is_a_check_run_on_the_approved_commit(flows):
     gate = flows["pr-gpu.yml"]["jobs"]["gate"]
     step = gate["steps"][-1]
-    assert gate["if"] == "always() && needs.plan.result != 'skipped'"
-    assert step["env"]["APPROVED_SHA"] == APPROVED_SHA and step["env"]["CONTEXT"] == approved_gpu.GPU_STATUS
-    assert 'statuses/$APPROVED_SHA' in step["run"] and "python -m mha_ci.export.gate" in step["run"]
-    assert gate["permissions"] == {"contents": "read", "statuses": "write"}
+    # a refused approval names no SHA: there is nothing to put a verdict on
+    assert gate["if"] == "always() && needs.plan.outputs.sha != ''"
+    assert step["env"]["APPROVED_SHA"] == APPROVED_SHA and step["env"]["CHECK_NAME"] == approved_gpu.GPU_CHECK
+    assert '"repos/$GITHUB_REPOSITORY/check-runs"' in step["run"] and '-f head_sha="$APPROVED_SHA"' in step["run"]
+    assert "statuses" not in step["run"] and "python -m mha_ci.export.gate" in step["run"]
+    assert gate["permissions"] == {"contents": "read", "checks": "write"}
+    assert all("statuses" not in job.get("permissions", {}) for flow in flows.values() for job in flow["jobs"].values())
 
 
 def test_no_checkout_persists_credentials_and_nightly_push_gets_the_token_itself(flows):
@@ -279,34 +298,106 @@ def test_the_approved_run_is_judged_by_the_base_branchs_gate(flows):
     assert "--gate-from" not in main_run and "/base" not in main_run
 
 
-def fake_api(tmp_path: Path, head: str, labels: list[str]) -> str:
-    pulls = tmp_path / "repos" / "owner" / "repo" / "pulls"
-    pulls.mkdir(parents=True)
-    (pulls / "7").write_text(json.dumps({"head": {"sha": head}, "labels": [{"name": n} for n in labels]}))
-    return tmp_path.as_uri()
+def fake_api(tmp_path: Path, head: str, state: str = "open", draft: bool = False, permission: str = "write",
+             labels: tuple[str, ...] = ("ci:sm90",)) -> str:
+    """GitHub's API as files: urllib reads a file:// URL like the https one."""
+    repo = tmp_path / "api" / "repos" / "owner" / "repo"
+    (repo / "pulls").mkdir(parents=True)
+    (repo / "pulls" / "7").write_text(json.dumps({"head": {"sha": head}, "base": {"sha": "c" * 40, "ref": "main"},
+                                                  "state": state, "draft": draft,
+                                                  "labels": [{"name": n} for n in labels]}))
+    (repo / "collaborators" / "alice").mkdir(parents=True)
+    (repo / "collaborators" / "alice" / "permission").write_text(json.dumps({"permission": permission}))
+    return (tmp_path / "api").as_uri()
 
 
-@pytest.mark.parametrize("in_image", [False, True], ids=["hosted", "in-image"])
-@pytest.mark.parametrize("head, labels, ok", [
-    ("a" * 40, ["gpu-approved", "ci:sm90"], True),
-    ("b" * 40, ["gpu-approved"], False),            # pushed after the label
-    ("a" * 40, ["ci:sm90"], False),                  # label taken away
+@pytest.mark.parametrize("head, state, ok", [
+    ("a" * 40, "open", True),
+    ("b" * 40, "open", False),            # pushed after the approval
+    ("a" * 40, "closed", False),
 ])
-def test_approval_check_refuses_a_moved_head_or_a_removed_label(tmp_path, head, labels, ok, in_image):
-    # In the GPU job the check runs in the image: this `docker` runs the command after the image.
+def test_approval_check_on_the_gpu_runner_refuses_a_moved_head(tmp_path, head, state, ok):
+    # The check runs in the image: this `docker` runs the command after the image.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "docker").write_text('#!/bin/sh\nwhile [ "$1" != "$IMAGE" ]; do shift; done\nshift\nexec "$@"\n')
     (bin_dir / "docker").chmod(0o755)
-    env = {**os.environ, "GITHUB_API_URL": fake_api(tmp_path, head, labels), "GITHUB_REPOSITORY": "owner/repo",
-           "PR_NUMBER": "7", "GH_TOKEN": "t", "APPROVED_SHA": "a" * 40, "APPROVAL_LABEL": "gpu-approved",
+    env = {**os.environ, "GITHUB_API_URL": fake_api(tmp_path, head, state), "GITHUB_REPOSITORY": "owner/repo",
+           "PR_NUMBER": "7", "GH_TOKEN": "t", "APPROVED_SHA": "a" * 40,
            "IMAGE": "ghcr.io/o/r/i:t", "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    step = approved_gpu.approval_check_step(in_image=in_image)
+    step = approved_gpu.approval_check_step()
     assert set(step["env"]) | {"GITHUB_API_URL", "GITHUB_REPOSITORY"} >= set(approved_gpu.APPROVAL_ENV)
     done = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, timeout=30)
     assert (done.returncode == 0) is ok, done.stderr
     if not ok:
         assert "approval withdrawn" in done.stderr
+
+
+# -- the approval comment (export/approval.py) ---------------------------------------------------
+
+SHA = "a" * 40
+
+
+def approve(tmp_path: Path, body: str, **pull) -> subprocess.CompletedProcess:
+    """export/approval.py as pr-gpu.yml's plan job runs it."""
+    outputs = tmp_path / "outputs"
+    env = {**os.environ, "GITHUB_API_URL": fake_api(tmp_path, **{"head": SHA, **pull}),
+           "GITHUB_REPOSITORY": "owner/repo", "PR_NUMBER": "7", "GH_TOKEN": "t", "COMMENT_BODY": body,
+           "COMMENTER": "alice", "GITHUB_OUTPUT": str(outputs), "PYTHONPATH": str(REPO_ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "mha_ci.export.approval", "--event-out", str(tmp_path / "event.json")],
+                          env=env, capture_output=True, text=True, timeout=30, cwd=tmp_path)
+
+
+def test_an_approval_naming_the_head_passes_its_sha_and_the_pull_request_on(tmp_path):
+    done = approve(tmp_path, f"/gpu-approve {SHA.upper()}\nread it, looks right")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "outputs").read_text() == f"sha={SHA}\nbase_sha={'c' * 40}\n"
+    event = json.loads((tmp_path / "event.json").read_text())
+    from mha_ci.plan.events import read_github_event
+
+    planned = read_github_event(tmp_path / "event.json", "pull_request")
+    assert event["pull_request"]["head"]["sha"] == SHA and planned.labels == {"ci:sm90"} and planned.branch == "main"
+
+
+@pytest.mark.parametrize("body, pull, why", [
+    (f"/gpu-approve {SHA}", {"head": "b" * 40}, "the head moved past the approved commit"),   # pushed before the click
+    (f"/gpu-approve {SHA}", {"permission": "triage"}, "needs write access"),
+    (f"/gpu-approve {SHA}", {"permission": "read"}, "needs write access"),
+    (f"/gpu-approve {SHA}", {"state": "closed"}, "not open"),
+    (f"/gpu-approve {SHA}", {"draft": True}, "draft"),
+    (f"/gpu-approve {SHA[:12]}", {}, "full 40-character SHA"),                           # a short SHA
+    ("/gpu-approve", {}, "full 40-character SHA"),
+    (f"/gpu-approve {SHA} {'b' * 40}", {}, "full 40-character SHA"),
+    (f"lgtm\n/gpu-approve {SHA}", {}, "first line"),
+])
+def test_an_approval_is_refused_red_with_the_reason(tmp_path, body, pull, why):
+    done = approve(tmp_path, body, **pull)
+    assert done.returncode == 1 and why in done.stderr, done.stderr
+    assert "::error::GPU jobs not approved" in done.stderr
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "event.json").exists()
+
+
+def test_an_approval_by_someone_the_api_does_not_know_is_refused_with_the_reason(tmp_path):
+    done = approve(tmp_path, f"/gpu-approve {SHA}")
+    assert done.returncode == 0
+    (tmp_path / "outputs").unlink()
+    (tmp_path / "event.json").unlink()
+    shutil.rmtree(tmp_path / "api" / "repos" / "owner" / "repo" / "collaborators")
+    done = subprocess.run([sys.executable, "-m", "mha_ci.export.approval", "--event-out", str(tmp_path / "event.json")],
+                          env={**os.environ, "GITHUB_API_URL": (tmp_path / "api").as_uri(),
+                               "GITHUB_REPOSITORY": "owner/repo", "PR_NUMBER": "7", "GH_TOKEN": "t",
+                               "COMMENT_BODY": f"/gpu-approve {SHA}", "COMMENTER": "alice",
+                               "GITHUB_OUTPUT": str(tmp_path / "outputs"), "PYTHONPATH": str(REPO_ROOT / "src")},
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "cannot read repos/owner/repo/collaborators/alice/permission" in done.stderr
+
+
+def test_approval_runs_on_the_standard_library_alone():
+    """pr-gpu.yml runs it before anything of the pull request is installed; gate.py imports it."""
+    source = Path(approval.__file__).read_text()
+    imported = set(re.findall(r"^(?:from|import) ([\w.]+)", source, re.MULTILINE))
+    assert imported <= {"__future__", "argparse", "json", "os", "re", "sys", "urllib.request", "pathlib"}, imported
 
 
 def zizmor() -> str:
@@ -330,10 +421,10 @@ def test_zizmor_finds_nothing_unjustified_and_would_find_the_unjustified(tmp_pat
 
 
 def test_the_gates_word_on_a_forks_missing_gpu_result_matches_pr_gpu(flows):
-    """A fork's GPU jobs are not barred from the runners: they wait for the approval label."""
+    """A fork's GPU jobs are not barred from the runners: they wait for an approval naming the head."""
     from mha_ci.export import gate
 
     why = gate.WITHHELD_FROM_FORKS
     assert "withheld" in why and "fork" in why
-    assert "pr-gpu.yml" in why and approved_gpu.APPROVAL_LABEL in why
+    assert "pr-gpu.yml" in why and f"{approval.COMMAND} <sha>" in why
     assert "only branches of this repository" not in why

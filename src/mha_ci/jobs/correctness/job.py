@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 from mha_ci.baselines import test_durations
 from mha_ci.errors import ExitCode
 from mha_ci.executors.base import Executor, PayloadResult, PayloadRun
+from mha_ci.files import write_atomic
 from mha_ci.jobs import JobResult
 from mha_ci.jobs.context import JobContext
 from mha_ci.jobs.correctness import sharding
@@ -133,10 +134,11 @@ def _shard(tests: list[str], pipeline: Pipeline, arch: Arch, toolchain: str, ind
         durations_source=_relative(recorded_path, pipeline.root) if recorded else None,
         known_durations=sum(1 for t in set(tests) if t in recorded),
         predicted={"this_shard_s": round(mine.predicted_s, 3), **balance.to_json()})
-    (job_dir / "tests.txt").write_text("".join(t + "\n" for t in mine.tests))
+    # Whole or not at all: a tests.txt cut short by a full disk would be a shard that runs less and passes.
+    write_atomic(job_dir / "tests.txt", "".join(t + "\n" for t in mine.tests))
     known = [{"test": k.test, "reason": k.reason, "arch": k.arch, "toolchain": k.toolchain}
              for k in pipeline.known_failures_for(arch.name, toolchain)]
-    (job_dir / "known_failures.json").write_text(json.dumps(known, indent=2) + "\n")
+    write_atomic(job_dir / "known_failures.json", json.dumps(known, indent=2) + "\n")
     if not mine.tests:
         # More shards than tests: this shard is legitimately empty, but it cannot vouch for anything.
         result.message = f"shard {index} of {count} got no tests ({len(set(tests))} collected): no result"
