@@ -24,10 +24,10 @@ def test_perf_baselines_holds_data_only():
     assert files, "perf_baselines/ is empty"
     code = [f for f in files if f.endswith((".py", ".sh"))]
     assert not code, f"scripts in a data folder (they belong under docs/ or src/): {code}"
-    allowed = re.compile(r"perf_baselines/([a-z0-9]+/[^/]+\.json|code_objects/[^/]+\.json|"
+    allowed = re.compile(r"perf_baselines/([a-z0-9]+/[^/]+\.json|[a-z0-9]+/accuracy/[^/]+\.json|code_objects/[^/]+\.json|"
                          r"test_durations/[^/]+\.json|[a-z_]+/README\.md)$")
     stray = [f for f in files if not allowed.match(f)]
-    assert not stray, f"perf_baselines/ holds <arch>/<toolchain>.json, code_objects/, test_durations/ only: {stray}"
+    assert not stray, f"perf_baselines/ holds <arch>/<toolchain>.json, <arch>/accuracy/, code_objects/, test_durations/ only: {stray}"
 
 
 def test_architecture_names_every_runner_folder():

@@ -39,7 +39,7 @@ Standard library only: the orchestrating side has neither torch nor numpy.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 IDENTICAL = "identical"
 WRONG = "wrong"
@@ -60,11 +60,16 @@ class NumericsVerdict:
     worst_ratio: float | None = None
     max_ulp: int | None = None          # largest ulp distance over the outputs, where `versus` says it
     reason: str = ""
+    # worst_output's rms_rel against the float64 reference on each side, where both sides have it:
+    # the error itself, so that a table of two toolchains shows each one's accuracy
+    base_error: float | None = None
+    head_error: float | None = None
 
     def to_dict(self) -> dict:
         return {"class": self.class_, "worst_output": self.worst_output,
                 "worst_ratio": None if self.worst_ratio is None else round(self.worst_ratio, 4),
-                "max_ulp": self.max_ulp, "reason": self.reason}
+                "max_ulp": self.max_ulp, "reason": self.reason,
+                "base_rms_rel": self.base_error, "head_rms_rel": self.head_error}
 
 
 def has_numerics(record: dict | None) -> bool:
@@ -76,7 +81,22 @@ def classify(base: dict | None, head: dict | None, same_code: bool | None, *, fa
              base_commit: str | None = None) -> NumericsVerdict:
     """The class of one shape (module docstring) from its base and head result records (either
     may be None: not measured). `base_commit` is the base document's commit: the head's `versus`
-    is used only when it was taken against that commit."""
+    is used only when it was taken against that commit. The verdict carries each side's rms_rel
+    of its worst output."""
+    verdict = _classify(base, head, same_code, factor=factor, floor=floor, base_commit=base_commit)
+    name = verdict.worst_output
+    if name is None:
+        return verdict
+    errors = []
+    for record, side in ((base, "base"), (head, "head")):
+        found, _ = _numerics(record, side)
+        errs, _ = _errors(found, side) if found is not None else (None, "")
+        errors.append(errs[name]["rms_rel"] if errs and name in errs else None)
+    return replace(verdict, base_error=errors[0], head_error=errors[1])
+
+
+def _classify(base: dict | None, head: dict | None, same_code: bool | None, *, factor: float, floor: float,
+              base_commit: str | None = None) -> NumericsVerdict:
     head_n, why = _numerics(head, "head")
     if head_n is None:
         return NumericsVerdict(UNMEASURED, reason=why)

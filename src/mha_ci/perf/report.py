@@ -126,6 +126,8 @@ def numerics_cell(v: ShapeVerdict) -> str:
         pass                            # the ratio of equal bits is 1: nothing to show
     elif n.worst_output and n.worst_ratio is not None:
         detail.append(f"{n.worst_output} x{n.worst_ratio:.2f}" + (" tol" if n.class_ == numerics.WRONG else ""))
+        if n.base_error is not None and n.head_error is not None and n.class_ != numerics.WRONG:
+            detail.append(f"rms_rel {n.base_error:.2e} -> {n.head_error:.2e}")
     elif n.worst_output:
         detail.append(n.worst_output)
     if n.max_ulp is not None:

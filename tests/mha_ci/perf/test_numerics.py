@@ -152,7 +152,7 @@ def test_a_base_without_errors_is_unmeasured_unless_identical():
 def test_to_dict():
     v = judge(rec(numerics()), rec(numerics(sha="x", rms={"lse": 2.123456e-3})))
     assert v.to_dict() == {"class": "less-accurate", "worst_output": "lse", "worst_ratio": 2.1235, "max_ulp": None,
-                           "reason": v.reason}
+                           "reason": v.reason, "base_rms_rel": 1e-3, "head_rms_rel": 2.123456e-3}
     json.dumps(v.to_dict(), allow_nan=False)
 
 
@@ -188,7 +188,7 @@ def test_an_accepted_less_accurate_shape_passes_and_is_listed_as_accepted():
     assert c.numerics_summary["less-accurate"] == 1 and c.numerics_summary["accepted"] == 1
     text, md = report.text(c), report.markdown(c)
     assert f"ACCEPTED less accurate: {KEYS[0]}" in text and f"ACCEPTED less accurate: {KEYS[0]}" in md
-    assert "less-accurate, accepted (out x5.00)" in text
+    assert "less-accurate, accepted (out x5.00; rms_rel 1.00e-03 -> 5.00e-03)" in text
     assert "1 less-accurate (1 accepted)" in report.numerics_line(c)
     assert c.to_dict()["accept_less_accurate"] == ["dense_b1_*"]
 
@@ -263,13 +263,13 @@ def test_every_table_shows_the_class_next_to_the_status():
     c = pair([numerics(sha="x", rms={"out": 5e-3}), numerics(), numerics(max_abs={"lse": 0.1})])
     md = report.markdown(c)
     assert "| status | numerics | same code |" in md
-    assert "less-accurate (out x5.00)" in md and "| identical |" in md
+    assert "less-accurate (out x5.00; rms_rel 1.00e-03 -> 5.00e-03)" in md and "| identical |" in md
     assert "### fwd: numerics" in md and f"- `{KEYS[2]}`: wrong (lse x10.00 tol)" in md
     assert "Numerics: 1 wrong, 0 nondeterministic, 1 less-accurate, 0 unmeasured, 0 reordered, 1 identical" in md
     text = report.text(c)
     assert "Numerics: 1 wrong" in text and any(line.startswith("ok          identical") for line in text.splitlines())
     page = report.html_page(c, b"")
-    assert ">numerics</th>" in page and '<td class="numerics bad">less-accurate (out x5.00)</td>' in page
+    assert ">numerics</th>" in page and '<td class="numerics bad">less-accurate (out x5.00; rms_rel 1.00e-03 -&gt; 5.00e-03)</td>' in page
     columns = report.html_columns(list(c.shapes))
     assert columns[columns.index("status") + 1] == "numerics"
 
