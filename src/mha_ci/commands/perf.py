@@ -5,6 +5,7 @@
                           [--kernel mha|sdpa] [--shape GLOB ...] [--repeat N] [--interleave T2 [--chunks N]]
                           [--against REF] [--no-numerics] [--accept-less-accurate GLOB ...]
     mha-ci perf compare   BASE CAND [--format text|md|json] [--out D] [--cross-toolchain]
+                          [--accuracy FILE | --no-numerics]
                           [--accept-less-accurate GLOB ...]
     mha-ci perf calibrate A B [--planted P] [--format md|json] [--out D]
     mha-ci perf accuracy  MEASUREMENT.json [--check]
@@ -110,6 +111,12 @@ def register(sub):
                    help="what stdout gets (default text)")
     p.add_argument("--out", type=Path, help="also write compare.{json,md,txt,png,html} here")
     p.add_argument("--cross-toolchain", action="store_true", help="compare two toolchains on purpose")
+    numbers = p.add_mutually_exclusive_group()
+    numbers.add_argument("--accuracy", type=Path, metavar="FILE",
+                         help="judge CAND's numerics against this accuracy baseline "
+                              "(perf_baselines/<arch>/accuracy/<toolchain>.json), as the perf job does")
+    numbers.add_argument("--no-numerics", dest="numerics", action="store_false",
+                         help="judge timings only: ignore both documents' numerics")
     _add_accept_less_accurate(p)
     p.set_defaults(handler=cmd_compare)
 
@@ -285,9 +292,13 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
 def cmd_compare(args) -> int:
     if args.out:
         refuse_special_outputs(args.out, COMPARE_FILES)
-    comparison = compare(load_perf(args.baseline), load_perf(args.candidate),
-                         gate_policy(load_pipeline(args.root).perf), cross_toolchain=args.cross_toolchain,
-                         accept_less_accurate=args.accept_less_accurate)
+    baseline, candidate = load_perf(args.baseline), load_perf(args.candidate)
+    if args.accuracy:
+        baseline = accuracy.with_accuracy(baseline, load_perf(args.accuracy))
+    if not args.numerics:
+        baseline, candidate = accuracy.without_numerics(baseline), accuracy.without_numerics(candidate)
+    comparison = compare(baseline, candidate, gate_policy(load_pipeline(args.root).perf),
+                         cross_toolchain=args.cross_toolchain, accept_less_accurate=args.accept_less_accurate)
     if args.format == "json":
         print(json.dumps(comparison.to_dict(), indent=1))
     elif args.format == "md":

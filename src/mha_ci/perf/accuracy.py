@@ -85,3 +85,11 @@ def with_accuracy(baseline: dict, accuracy: dict | None) -> dict:
         if record["key"] in stored:
             record["numerics"] = stored[record["key"]]
     return merged
+
+
+def without_numerics(doc: dict) -> dict:
+    """A copy of `doc` whose results carry no numerics: a comparison of timings only."""
+    stripped = copy.deepcopy(doc)
+    for record in stripped["results"]:
+        record.pop("numerics", None)
+    return stripped

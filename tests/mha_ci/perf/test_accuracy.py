@@ -181,3 +181,21 @@ def test_the_refresh_stores_the_accuracy_baseline_or_refuses(pipeline_root, tmp_
     assert accuracy_baseline("sm90", "triton-3.4") in result.files
     stored = json.loads(_git(pipeline_root, "show", f"{result.branch}:{accuracy_baseline('sm90', 'triton-3.4')}"))
     assert [r["key"] for r in stored["results"]] == pr
+
+
+@pytest.mark.slow
+def test_perf_compare_folds_an_accuracy_baseline_or_ignores_numerics(pipeline_root, tmp_path):
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(doc([entry(A, 100.0)], arch="sm90", toolchain="triton-3.4",
+                                   versions={"torch": "2.13.0", "triton": "3.4.0"})))
+    cand = tmp_path / "cand.json"
+    cand.write_text(json.dumps(_measured([A])))
+    stored = tmp_path / "acc.json"
+    stored.write_text(json.dumps(accuracy.accuracy_document(_measured([A]), [A])))
+    root = ["--root", str(pipeline_root)]
+    # a perf baseline alone has no numbers to judge the candidate's by: red, fail closed
+    assert main([*root, "perf", "compare", str(base), str(cand)]) == ExitCode.GATE_FAILED
+    assert main([*root, "perf", "compare", str(base), str(cand), "--accuracy", str(stored)]) == ExitCode.OK
+    assert main([*root, "perf", "compare", str(base), str(cand), "--no-numerics"]) == ExitCode.OK
+    cand.write_text(json.dumps(_measured([A], sha="t")))         # the same code, other bits
+    assert main([*root, "perf", "compare", str(base), str(cand), "--accuracy", str(stored)]) == ExitCode.GATE_FAILED
