@@ -101,9 +101,16 @@ def run_options(args, environ: Mapping[str, str] = os.environ) -> RunOptions:
     if not timeout > 0:
         raise ConfigError(f"{JOB_TIMEOUT_ENV}={timeout:g} must be above 0", key=JOB_TIMEOUT_ENV)
     gate_from = getattr(args, "gate_from", None)
+    against = getattr(args, "perf_against", None)
+    if against is not None and repeat != 1:
+        raise ConfigError(f"--perf-against measures both sides once, taking turns; {PERF_REPEAT_ENV}={repeat} "
+                          "asks for repeated runs of one side", key=PERF_REPEAT_ENV)
+    if against is not None and not str(against).strip():
+        raise ConfigError("--perf-against needs a git ref or a folder", key="--perf-against")
     return RunOptions(select=tuple(p.strip() for p in args.select or () if p.strip()), perf_subset=subset,
                       perf_repeat=repeat, job_timeout_s=timeout, pins=args.pins,
-                      gate_from=load_gate_source(gate_from) if gate_from is not None else None)
+                      gate_from=load_gate_source(gate_from) if gate_from is not None else None,
+                      perf_against=against)
 
 
 def _number(environ: Mapping[str, str], name: str, kind: type, default):

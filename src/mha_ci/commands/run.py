@@ -1,6 +1,6 @@
 """mha-ci run: validate, plan, pick the jobs, run them through an executor, report.
 
-    mha-ci run [--job ID ...] [--executor venv|docker|host] [--out DIR] [--gate-from DIR]
+    mha-ci run [--job ID ...] [--executor venv|docker|host] [--out DIR] [--gate-from DIR] [--perf-against REF|DIR]
                [--labels a,b] [--changed-files FILE | --all] [--github-event FILE] [--event KIND]
 
 Without --job, the event's plan runs (the same event options as `mha-ci plan`; without
@@ -15,6 +15,12 @@ fails the run (exit 3) only when it was asked for by name with --job.
 `--gate-from DIR` judges perf jobs by the gate settings, shapes and baselines of DIR, a checkout of
 the base branch (mha_ci.perf.gate_source): pr-gpu.yml passes it, so a pull request never sets the
 gate it is judged by. A DIR that cannot be read is exit 2 before any job runs.
+
+`--perf-against REF|DIR` turns each perf job into a same-GPU A/B: the base's kernel (a git ref
+of the checkout, or a folder holding a checkout of the base, such as the --gate-from one) and
+the checkout's take turns shape by shape (`perf measure --against`'s method and thresholds,
+numerics included); the stored baseline is compared with the base side only, as a note of how
+far the base has moved from it. A base that cannot be built or measured makes the job red.
 
 The run's options (jobs.context.RunOptions) come from the flags and from MHA_CI_PERF_SUBSET,
 MHA_CI_PERF_REPEAT and MHA_CI_JOB_TIMEOUT (commands.options.run_options); jobs read only them.
@@ -57,6 +63,10 @@ def register(sub) -> None:
                    help="judge perf jobs by DIR's pipelines/perf.yaml, pipelines/workloads.yaml and perf_baselines/ "
                         "(a checkout of the base branch: a pull request's GPU run) instead of this checkout's; "
                         "the verdict names what this checkout changes there")
+    p.add_argument("--perf-against", default=None, metavar="REF|DIR",
+                   help="perf jobs: measure the kernel of this base (a git ref of the checkout, or a folder "
+                        "holding a checkout of it) and the checkout's on one GPU, taking turns per shape, and gate "
+                        "the checkout against it; the stored baseline is only compared with the base, as a note")
     p.add_argument("--labels", help="comma-separated pull-request labels")
     add_changed_options(p)
     p.add_argument("--github-event", type=Path, help="GitHub event payload JSON ($GITHUB_EVENT_PATH)")

@@ -106,8 +106,14 @@ def _plan_job() -> dict:
             '--changed-files changed.txt --format json > plan.json\ncat plan.json\n')
     matrices = (REGISTRY_FROM_REPOSITORY + "mkdir -p gate\n"
                 'mha-ci export matrix --plan plan.json --group-plan gpu gate/plan.json >> "$GITHUB_OUTPUT"\n')
+    # The merge base: what the pull request's kernel is measured against on the same GPU, and
+    # whose gate settings and baselines judge it (mha-ci run --gate-from/--perf-against).
+    merge_base = ('base=$(git -C approved merge-base "$BASE_SHA" HEAD) || exit 1\n'
+                  'echo "merge base: $base"\n'
+                  'echo "sha=$base" >> "$GITHUB_OUTPUT"\n')
     outputs = {name: expr(f"steps.matrix.outputs.{name}") for name in ("gpu", "gpu_count")}
     outputs["sha"] = expr("steps.approval.outputs.sha")
+    outputs["merge_base"] = expr("steps.merge_base.outputs.sha")
     return {
         "name": "plan",
         "if": APPROVAL_EVENT,
@@ -123,6 +129,8 @@ def _plan_job() -> dict:
             checkout(fetch_depth=0, ref=expr("steps.approval.outputs.sha"), path="approved",
                      name="Check out the approved commit"),
             {"name": "Changed files", "env": {"BASE_SHA": expr("steps.approval.outputs.base_sha")}, "run": changed},
+            {"name": "Merge base", "id": "merge_base", "env": {"BASE_SHA": expr("steps.approval.outputs.base_sha")},
+             "run": merge_base},
             {"name": "Plan", "run": plan},
             {"name": "Job matrices", "id": "matrix", "run": matrices},
             {"name": "Keep the plan", "uses": UPLOAD, "with": {"name": "plan", "path": "gate/plan.json"}},
@@ -189,7 +197,8 @@ def pr_gpu_workflow() -> dict:
         "jobs": {
             "plan": _plan_job(),
             "gpu": gpu_job(before_checkout=(approval_check_step(),), checkout_ref=expr(APPROVED_SHA),
-                           permissions={"pull-requests": READS_APPROVAL}, gate_from_base=True),
+                           permissions={"pull-requests": READS_APPROVAL}, gate_from_base=True,
+                           base_ref=expr("needs.plan.outputs.merge_base")),
             "gate": _gate_job(),
         },
     }

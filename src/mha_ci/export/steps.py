@@ -138,7 +138,9 @@ RESULTS = (f"rm -rf {RESULTS_DIR}\n"
 
 def _gpu_run_script(gate_from_base: bool) -> str:
     base = f' --volume "$PWD/{BASE_DIR}:/base:ro"' if gate_from_base else ""
-    options = " --gate-from /base" if gate_from_base else ""
+    # The base checkout both judges (its gate settings and baselines) and is measured beside the
+    # pull request's kernel on this GPU (the perf job's same-GPU A/B).
+    options = " --gate-from /base --perf-against /base" if gate_from_base else ""
     # A runner that kept a job's files would upload them, or its exit code, as this job's.
     return ("set +e\n"
             "rm -f exit-code\n"
@@ -195,13 +197,15 @@ def cpu_job() -> dict:
 
 
 def gpu_job(condition: str | None = None, before_checkout: tuple[dict, ...] = (), checkout_ref: str | None = None,
-            permissions: dict | None = None, gate_from_base: bool = False) -> dict:
+            permissions: dict | None = None, gate_from_base: bool = False, base_ref: str | None = None) -> dict:
     """The gpu matrix: self-hosted runners, the job's command in its toolchain image (host executor
     there); read-only token (`packages: read` pulls the image, `permissions` adds to it).
     `gate_from_base`: the default checkout (a pull_request_target run's base branch) goes beside
-    the commit under test, and perf jobs are judged by it (`mha-ci run --gate-from`)."""
+    the commit under test (at `base_ref`, the merge base, when given), and perf jobs are judged by
+    it and measured against its kernel (`mha-ci run --gate-from --perf-against`)."""
     planned = "needs.plan.outputs.gpu_count != '0'"
-    base = [checkout(path=BASE_DIR, name="Check out the base branch (gate settings and baselines)")] \
+    base = [checkout(ref=base_ref, path=BASE_DIR,
+                     name="Check out the merge base (gate settings, baselines, the kernel measured beside)")] \
         if gate_from_base else []
     return {
         "name": expr("matrix.id"),

@@ -29,6 +29,10 @@ class RunOptions:
     pins: str = "enforce"                       # "enforce" | "record" (host executor only)
     # `mha-ci run --gate-from DIR`: perf jobs are judged by DIR's perf settings and baselines.
     gate_from: GateSource | None = None
+    # `mha-ci run --perf-against REF|DIR`: perf jobs measure this base kernel (a git ref of the
+    # checkout, or a folder holding a checkout) and the checkout's taking turns on one GPU, and
+    # gate the checkout against it (mha_ci.perf.base_checkout); the stored baseline becomes a note.
+    perf_against: str | None = None
 
     def __post_init__(self) -> None:
         if self.perf_subset not in SUBSETS:

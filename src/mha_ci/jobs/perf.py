@@ -1,5 +1,6 @@
 """Job kind perf (perf-<arch>-<toolchain>): measure the workload shapes in the job's toolchain
-and gate them against the stored baseline.
+and gate them against the stored baseline, or, with `--perf-against` (RunOptions.perf_against),
+against a base kernel measured on the same GPU in the same run.
 
 Measuring is mha_ci.perf.measure (shared with `mha-ci perf measure`); the gate is
 mha_ci.perf.compare; the reports (compare.{json,md,txt,png,html}) go next to the measurement.
@@ -21,7 +22,13 @@ from mha_ci.perf.compare import compare
 from mha_ci.perf.config import gate_policy
 from mha_ci.perf.document import load_perf
 from mha_ci.perf.gate_source import changes
-from mha_ci.perf.measure import measure_repeated, write_inputs
+from mha_ci.cache import cache_root
+from mha_ci.errors import EnvironmentProblem, MhaCiError
+from mha_ci.executors import make_executor
+from mha_ci.perf.base_checkout import resolve_base
+from mha_ci.perf.config import against_policy
+from mha_ci.perf.measure import measure_against, measure_repeated, write_inputs
+from mha_ci.perf.provenance import git_commit
 
 
 def run_job(job: Job, ctx: JobContext) -> JobResult:
@@ -34,6 +41,8 @@ def run_job(job: Job, ctx: JobContext) -> JobResult:
     rel = f"jobs/{job.id}"
     job_dir = Path(out_dir) / rel
     _, _, count = write_inputs(pipeline, job_dir, subset)
+    if ctx.options.perf_against is not None:
+        return _against(job, ctx, pipeline, rel, count, started)
     candidate = measure_repeated(executor, pipeline, job.toolchain, job.arch, out_dir, rel, repeat, log_prefix=job.id)
     measured = time.monotonic() - started
     result = JobResult(job_id=job.id, kind=job.kind, verdict="fail", exit_code=ExitCode.GATE_FAILED,
@@ -59,6 +68,14 @@ def run_job(job: Job, ctx: JobContext) -> JobResult:
     if stored is None and any(isinstance(r.get("numerics"), dict) for r in candidate["results"]):
         result.details["accuracy_baseline"] = f"no {accuracy_baseline(job.arch, job.toolchain)}"
     comparison = compare(accuracy.with_accuracy(load_perf(base_file), stored), candidate, gate_policy(pipeline.perf))
+    return _judged(result, comparison, candidate, job, ctx, rel, judged_by)
+
+
+def _judged(result: JobResult, comparison, candidate: dict, job: Job, ctx: JobContext, rel: str,
+            judged_by: str) -> JobResult:
+    """The job's verdict from a comparison: its reports, details and one-line message."""
+    out_dir = ctx.out_dir
+    job_dir = Path(out_dir) / rel
     paths = report.write_all(comparison, job_dir)
     result.artifacts += [str(p.relative_to(out_dir)) for p in paths.values()]
     prov = candidate["provenance"]
@@ -81,6 +98,63 @@ def run_job(job: Job, ctx: JobContext) -> JobResult:
     result.verdict, result.exit_code = "pass", ExitCode.OK
     result.message = unpinned + report.tally_line(comparison) + judged_by
     return result
+
+
+def _against(job: Job, ctx: JobContext, pipeline, rel: str, count: int, started: float) -> JobResult:
+    """The same-GPU A/B: the base kernel (RunOptions.perf_against) and the checkout's take turns
+    per shape, judged with the --against thresholds, numerics required. The stored baseline is
+    compared with the base side only: a note of how far the base has moved from it (another
+    machine, another day), never the verdict. A base that cannot be written out, built or measured
+    is a red job that says why; it never falls back to the stored baseline."""
+    out_dir, job_dir = ctx.out_dir, Path(ctx.out_dir) / rel
+    result = JobResult(job_id=job.id, kind=job.kind, verdict="fail", exit_code=ExitCode.GATE_FAILED,
+                       artifacts=[f"{rel}/perf-head.json", f"{rel}/perf-base.json"],
+                       details={"subset": ctx.options.perf_subset, "shapes": count, "repeat": 1,
+                                "against": ctx.options.perf_against})
+    root = Path(ctx.pipeline.root)
+    try:
+        base_commit = resolve_base(root, str(ctx.options.perf_against), job_dir / "base-checkout")
+        base_executor = make_executor(ctx.executor.name, job_dir / "base-checkout", cache=cache_root(root),
+                                      pin_mode=getattr(ctx.executor, "pin_mode", "enforce"))
+        docs = measure_against((base_executor, ctx.executor), (base_commit, git_commit(root)), pipeline,
+                               job.toolchain, job.arch, out_dir, rel)
+    except (EnvironmentProblem, MhaCiError) as exc:
+        result.exit_code = ExitCode.ENVIRONMENT_ERROR if isinstance(exc, EnvironmentProblem) else ExitCode.GATE_FAILED
+        result.message = f"no same-GPU comparison: the base {ctx.options.perf_against} could not be measured: {exc}"
+        return result
+    result.timings["measure"] = round(time.monotonic() - started, 3)
+    result.details["base_commit"] = base_commit
+    comparison = compare(docs["base"], docs["head"], against_policy(pipeline.perf))
+    note = _base_against_stored(job, ctx, pipeline, docs["base"])
+    result.details["base_vs_stored"] = note
+    return _judged(result, comparison, docs["head"], job, ctx, rel,
+                   f"; against base {base_commit[:12]} on this GPU; {note['line']}" + _judged_by(job, ctx))
+
+
+def _judged_by(job: Job, ctx: JobContext) -> str:
+    """What a --gate-from run's checkout changes in the settings it is judged by, for the verdict."""
+    source = ctx.options.gate_from
+    if not source:
+        return ""
+    changed = changes(ctx.pipeline, source, job.arch, job.toolchain)
+    return f"; this pull request changes {', '.join(changed)}: judged by the base's ({source.root})" if changed else ""
+
+
+def _base_against_stored(job: Job, ctx: JobContext, pipeline, base_doc: dict) -> dict:
+    """How the base side compares with the stored baseline (a note for the nightly trend and for
+    a reader wondering whether the base itself moved); never part of the verdict."""
+    source = ctx.options.gate_from
+    stored = (source.root if source else Path(pipeline.root)) / perf_baseline(job.arch, job.toolchain)
+    if not stored.is_file():
+        return {"line": f"no stored baseline {perf_baseline(job.arch, job.toolchain)} to compare the base with"}
+    try:
+        moved = compare(load_perf(stored), accuracy.without_numerics(base_doc), gate_policy(pipeline.perf))
+    except MhaCiError as exc:
+        return {"line": f"the stored baseline could not be read: {exc}"}
+    summary = moved.summary
+    line = (f"the base against the stored baseline: {summary['regression']} slower, {summary['improvement']} faster"
+            f" of {len(moved.shapes)}" + (f" (refused: {moved.refused})" if moved.refused else ""))
+    return {"line": line, "summary": summary, "refused": moved.refused}
 
 
 def _worst(comparison) -> str:

@@ -39,6 +39,36 @@ def resolve(repo: Path, ref: str, option: str = "--against") -> str:
     return done.stdout.decode().strip()
 
 
+def resolve_base(repo: Path, base: str, dest: Path) -> str:
+    """Write the base side for `base` into `dest`: a folder holding a checkout (its src/mha, e.g.
+    the base branch beside a pull request's commit) or a git ref of `repo`. Returns what it
+    measured: the folder's commit when git can say (else the folder's path), or the ref's commit."""
+    folder = Path(base)
+    if folder.is_dir():
+        return materialise_folder(repo, folder, dest)
+    return materialise(repo, base, dest)
+
+
+def materialise_folder(repo: Path, folder: Path, dest: Path) -> str:
+    """The base side from a folder holding a checkout: its src/mha, and the harness from `repo`."""
+    repo, folder, dest = Path(repo).resolve(), Path(folder).resolve(), Path(dest)
+    kernel = folder / KERNEL_PACKAGE
+    if not (kernel / "__init__.py").is_file():
+        raise ConfigError(f"{folder} holds no {KERNEL_PACKAGE} package to measure as the base", key="--perf-against")
+    if folder == repo:
+        raise ConfigError(f"{folder} is the checkout itself: a base must be another tree", key="--perf-against")
+    done = _git(folder, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+    commit = done.stdout.decode().strip() if done.returncode == 0 else str(folder)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    shutil.copytree(kernel, dest / KERNEL_PACKAGE, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(repo / HARNESS_PACKAGE, dest / HARNESS_PACKAGE,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (dest / "BASE_COMMIT").write_text(f"{commit}\n")
+    return commit
+
+
 def materialise(repo: Path, ref: str, dest: Path) -> str:
     """Write the base side for `ref` into `dest` (replaced if it exists); returns the commit."""
     repo, dest = Path(repo).resolve(), Path(dest)

@@ -279,7 +279,7 @@ def test_the_run_records_docker_runs_exit_code_outside_the_containers_reach(flow
     args = (tmp_path / "args").read_text().splitlines()
     assert args[:4] == ["run", "--rm", "--name", "mha-ci-5-1-perf-sm90-triton-3.4"]
     assert ["--gpus", "all"] == args[4:6] and "ghcr.io/o/r/i:t" in args
-    assert args[-2:] == ["--gate-from", "/base"]
+    assert args[-4:] == ["--gate-from", "/base", "--perf-against", "/base"]
     # a runner that kept the last job's out/ (not ephemeral) would upload it as this job's
     (tmp_path / "args").unlink()
     done = run_step(flows, "pr-gpu.yml", "Run", tmp_path, env, bin_dir)
@@ -288,12 +288,17 @@ def test_the_run_records_docker_runs_exit_code_outside_the_containers_reach(flow
 
 
 def test_the_approved_run_is_judged_by_the_base_branchs_gate(flows):
-    """pr-gpu.yml checks out the base branch (the commit the run's plan came from) beside the
-    approved commit and passes it read-only as --gate-from; main.yml judges main by itself."""
+    """pr-gpu.yml checks out the merge base (the plan job computes it from the approved commit's
+    history) beside the approved commit and passes it read-only as --gate-from and as the kernel
+    measured beside on the same GPU (--perf-against); main.yml judges main by itself."""
     gpu = gpu_steps(flows, "pr-gpu.yml")
-    assert gpu["Check out the base branch (gate settings and baselines)"]["with"] == {
-        "path": "base", "persist-credentials": False}
-    assert "--volume \"$PWD/base:/base:ro\"" in gpu["Run"]["run"] and " --gate-from /base\n" in gpu["Run"]["run"]
+    assert gpu["Check out the merge base (gate settings, baselines, the kernel measured beside)"]["with"] == {
+        "ref": "${{ needs.plan.outputs.merge_base }}", "path": "base", "persist-credentials": False}
+    assert "--volume \"$PWD/base:/base:ro\"" in gpu["Run"]["run"]
+    assert " --gate-from /base --perf-against /base\n" in gpu["Run"]["run"]
+    plan = {s.get("id"): s for s in flows["pr-gpu.yml"]["jobs"]["plan"]["steps"] if s.get("id")}
+    assert 'git -C approved merge-base "$BASE_SHA" HEAD' in plan["merge_base"]["run"]
+    assert flows["pr-gpu.yml"]["jobs"]["plan"]["outputs"]["merge_base"] == "${{ steps.merge_base.outputs.sha }}"
     main_run = gpu_steps(flows, "main.yml")["Run"]["run"]
     assert "--gate-from" not in main_run and "/base" not in main_run
 
