@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import TypeGuard
 
-from mha_ci.perf import comparable, numerics
+from mha_ci.perf import comparable, interval, numerics
 from mha_ci.perf.numerics import NumericsVerdict
 from mha_ci.perf.shapes import pass_of_key
 from mha_ci.perf.stats import stall_from_summary
@@ -107,6 +107,9 @@ class ShapeVerdict:
     tags: tuple[str, ...] = ()
     tp: tuple[int, ...] = ()
     broken: bool = False                # invalid because a measurement is missing, failed or not a time
+    # 95 % bootstrap interval of delta_pct from both sides' rep means (mha_ci.perf.interval);
+    # None where either side has too few reps or no delta
+    ci_pct: tuple[float, float] | None = None
     same_code: bool | None = None       # both sides launched identical code objects; None: unknown
     numerics: NumericsVerdict | None = None     # None: neither side measured numerics
     numerics_accepted: bool = False     # less accurate, and accepted by an --accept-less-accurate glob
@@ -128,6 +131,8 @@ class ShapeVerdict:
                      "noise_baseline_pct", "noise_candidate_pct"):
             if data[name] is not None:
                 data[name] = round(data[name], 3)
+        if self.ci_pct is not None:
+            data["ci_pct"] = [round(self.ci_pct[0], 3), round(self.ci_pct[1], 3)]
         return data
 
 
@@ -348,6 +353,8 @@ def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refus
         raise RuntimeError(f"shape {key}: judged valid but lacks a time or noise (a bug in _invalid_reason)")
     else:
         status, reason = _classify(delta, threshold)
+    reps = (interval.rep_means(bs), interval.rep_means(cs))
+    ci = interval.delta_interval(key, reps[0], reps[1]) if delta is not None and reps[0] and reps[1] else None
     return ShapeVerdict(
         key=key, baseline_us=bt, candidate_us=ct, noise_baseline_pct=bn, noise_candidate_pct=cn,
         same_code=same_code(b, c),
@@ -355,7 +362,7 @@ def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refus
         shape=meta.get("shape"), bucket=meta.get("bucket"),
         tags=tuple(meta.get("tags") or ()),
         tp=tuple(sorted({o["tp"] for o in meta.get("origins") or () if o.get("tp")})),
-        delta_pct=delta, threshold_pct=threshold, status=status, reason=reason, broken=broken,
+        delta_pct=delta, threshold_pct=threshold, status=status, reason=reason, broken=broken, ci_pct=ci,
     )
 
 

@@ -173,6 +173,13 @@ def _delta(value) -> str:
     return "-" if value is None else f"{value:+.1f}"
 
 
+def _delta_ci(v: ShapeVerdict) -> str:
+    """"+4.1 (+3.2..+5.0)": the delta with its 95 % interval where the comparison has one."""
+    if v.ci_pct is None:
+        return _delta(v.delta_pct)
+    return f"{_delta(v.delta_pct)} ({v.ci_pct[0]:+.1f}..{v.ci_pct[1]:+.1f})"
+
+
 def _layout(shape: dict | None) -> str:
     if not shape:
         return "-"
@@ -197,7 +204,7 @@ def row(v: ShapeVerdict) -> dict[str, str]:
         "layout": _layout(v.shape),
         "bucket": v.bucket or "-",
         "baseline us": _fmt(v.baseline_us), "candidate us": _fmt(v.candidate_us),
-        "delta %": _delta(v.delta_pct), "threshold %": _fmt(v.threshold_pct),
+        "delta %": _delta_ci(v), "threshold %": _fmt(v.threshold_pct),
         "status": v.status + (" (stall)" if v.stall else ""),
         "same code": SAME_CODE[v.same_code],
         "source": ", ".join(v.tags) or "-",
@@ -315,7 +322,8 @@ def text(c: Comparison) -> str:
         out += ["", f"{PASS_TITLES[p]}"] + [f"  {line}" for line in _pass_lead(verdicts)]
         for v in ordered(verdicts):
             out.append(f"{v.status:<11} " + (f"{numerics_cell(v):<36} " if shown else "")
-                       + f"{_delta(v.delta_pct):>8} % (thr {_fmt(v.threshold_pct)} %)  "
+                       + f"{_delta(v.delta_pct):>8} % (thr {_fmt(v.threshold_pct)} %"
+                       + (f", 95 % CI {v.ci_pct[0]:+.1f}..{v.ci_pct[1]:+.1f}" if v.ci_pct else "") + ")  "
                        f"{_fmt(v.baseline_us):>9} -> {_fmt(v.candidate_us):>9} us  {v.key}"
                        + (f"  [{v.reason}]" if v.status == "invalid" else "")
                        + ("  STALL" if v.stall else "")
@@ -396,6 +404,8 @@ def _moved(v: ShapeVerdict) -> dict:
     data = v.to_dict()
     shown = {name: data[name] for name in ("key", "delta_pct", "threshold_pct", "noise_baseline_pct",
                                            "noise_candidate_pct", "same_code", "bucket")}
+    if "ci_pct" in data:
+        shown["ci_pct"] = data["ci_pct"]
     return shown | {"stall": bool(v.stall)}
 
 
@@ -571,7 +581,8 @@ GLOSSARY = {
     "us": "microseconds: the trimmed mean time of one dispatch (baseline us, candidate us)",
     "TFLOP/s": "10^12 matmul floating-point operations per second over the pairs the mask lets through, "
                "baseline / candidate",
-    "delta %": "(candidate - baseline) / baseline x 100: positive is slower",
+    "delta %": "(candidate - baseline) / baseline x 100: positive is slower; in brackets its 95 % "
+               "bootstrap interval from both sides' rep means, where both have enough reps",
     "threshold %": "the delta beyond which the shape regressed or improved: max(floor, k x combined noise)",
     "noise %": "each side's run-to-run noise of the trimmed mean, baseline / candidate",
     "status": "regression, improvement, ok (within threshold) or invalid (not judged: too noisy or not measured)",

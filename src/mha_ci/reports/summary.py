@@ -74,7 +74,9 @@ def _perf_verdict(job: dict, budget: int) -> list[str]:
 
 def _moved_text(s: dict) -> str:
     """`+12.3 %` (threshold, noise of both sides, whether the code objects changed)."""
-    return (f"**{_signed(s.get('delta_pct'))} %** (threshold {_num(s.get('threshold_pct'))} %, noise "
+    ci = s.get("ci_pct")
+    interval = f"95 % CI {ci[0]:+.1f}..{ci[1]:+.1f} %, " if isinstance(ci, list) and len(ci) == 2 else ""
+    return (f"**{_signed(s.get('delta_pct'))} %** ({interval}threshold {_num(s.get('threshold_pct'))} %, noise "
             f"{_num(s.get('noise_baseline_pct'))} % / {_num(s.get('noise_candidate_pct'))} %; {_code(s)}"
             + ("; stalled" if s.get("stall") else "") + ")")
 
