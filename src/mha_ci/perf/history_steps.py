@@ -1,7 +1,7 @@
 """Where a shape's series stepped, and the words for a move.
 
-A step is a version that splits a shape's series into a before and an after whose medians differ
-by more than the shape's threshold. The threshold is the gate's (pipelines/perf.yaml):
+A step is the version that best splits a shape's series into a flat before and a flat after,
+where the two stretches' medians differ by more than the shape's threshold. The threshold is the gate's (pipelines/perf.yaml):
 max(floor_pct, k * hypot(noise before, noise after)), each noise the median of the stored
 noises on its side, so a step is what the gate would have called a change between the two
 stretches. Medians, not means: one odd version must not make or hide a step.
@@ -59,26 +59,33 @@ def step_rule(root: Path) -> StepRule:
 
 
 def find_step(points: list[tuple[int, float, float | None]], rule: StepRule) -> Step | None:
-    """The largest step of (version, value_us, noise_pct) points, oldest first; None without one.
+    """The step of (version, value_us, noise_pct) points, oldest first; None without one.
 
-    Where several splits give the same difference of medians (a clean step is seen from the
-    neighbouring splits too), the one with the larger jump between its two adjacent values wins:
-    that is the version where the value moved."""
-    best: tuple[float, float, Step] | None = None
+    The split is the one that fits the series best as two flat stretches (least total distance
+    of the values from their stretch's median). Choosing the split with the largest difference
+    of medians instead puts a step late: once the after stretch is short, the before stretch's
+    median already holds values from after the step and still reads as "before"."""
+    best: tuple[float, int] | None = None
     for i in range(1, len(points)):
-        before, after = points[:i], points[i:]
-        before_us, after_us = median(p[1] for p in before), median(p[1] for p in after)
-        if before_us <= 0:
-            continue
-        delta = (after_us - before_us) / before_us * 100
-        threshold = rule.threshold_pct(_noise(before), _noise(after))
-        if abs(delta) <= threshold:
-            continue
-        jump = abs(points[i][1] - points[i - 1][1])
-        score = (round(abs(delta), 9), jump)
-        if best is None or score > best[:2]:
-            best = (*score, Step(points[i][0], before_us, after_us, delta, threshold))
-    return best[2] if best else None
+        cost = _spread([p[1] for p in points[:i]]) + _spread([p[1] for p in points[i:]])
+        if best is None or cost < best[0]:
+            best = (cost, i)
+    if best is None:
+        return None
+    before, after = points[:best[1]], points[best[1]:]
+    before_us, after_us = median(p[1] for p in before), median(p[1] for p in after)
+    if before_us <= 0:
+        return None
+    delta = (after_us - before_us) / before_us * 100
+    threshold = rule.threshold_pct(_noise(before), _noise(after))
+    if abs(delta) <= threshold:
+        return None
+    return Step(points[best[1]][0], before_us, after_us, delta, threshold)
+
+
+def _spread(values: list[float]) -> float:
+    centre = median(values)
+    return sum(abs(v - centre) for v in values)
 
 
 def _noise(points: list[tuple[int, float, float | None]]) -> float:

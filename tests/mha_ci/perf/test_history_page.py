@@ -21,7 +21,7 @@ def pts(values: list[float], noise: float | None = 1.0) -> list[tuple[int, float
 
 
 def test_a_clean_step_is_found_at_the_version_that_moved():
-    """Splits next to the step see the same medians; the one with the jump is the step."""
+    """Splits next to the step see the same medians; only the step's leaves both stretches flat."""
     step = find_step(pts([100, 100, 100, 80, 80, 80]), RULE)
     assert step is not None and step.version == 3
     assert (step.before_us, step.after_us, step.delta_pct) == (100, 80, pytest.approx(-20.0))
@@ -42,6 +42,14 @@ def test_a_move_within_the_threshold_is_not_a_step():
 def test_the_largest_of_two_steps_is_reported():
     step = find_step(pts([100, 100, 110, 110, 60, 60]), RULE)
     assert step is not None and step.version == 4 and step.delta_pct < 0
+
+
+def test_a_step_is_not_put_late_by_a_short_after_stretch():
+    """Split at the last version, the before median (14750) already counts the step's values and
+    differs more from the last value than the true split's medians do; the step is still at 6."""
+    step = find_step(pts([14080, 14750, 14750, 14788, 14788, 14788, 11357, 11357, 11223]), RULE)
+    assert step is not None and step.version == 6
+    assert (step.before_us, step.after_us) == (14769, 11357)
 
 
 def test_one_value_has_no_step():
