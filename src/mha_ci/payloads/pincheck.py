@@ -106,23 +106,33 @@ def report(spec: dict) -> dict:
             "pins_checked": not problems}
 
 
-def enforce_report() -> dict:
-    """Called first by every payload: exits 3 on a mismatch when enforcing; in record mode says
-    once, loudly, which pins the run does not hold. Returns `report()`."""
+def enforce_report(collapse: bool = True) -> dict:
+    """Called first by every payload: exits 3 on a mismatch when enforcing, with every mismatch
+    (that list is the error). In record mode says once which pins the run does not hold: as one
+    line with the count when `collapse` (the caller writes the list into its results, and every
+    process of a run would print the same lines again), else in full. Returns `report()`."""
     try:
         found = report(spec_from_environment())
     except PinMismatch as exc:
         print(f"mha-ci pin check: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_ENVIRONMENT) from None
     if found["pin_mismatches"]:
-        print("mha-ci pin check: UNPINNED run (pins recorded, not enforced):\n  "
-              + "\n  ".join(found["pin_mismatches"]), file=sys.stderr, flush=True)
+        print(unpinned_notice(found["pin_mismatches"], collapse), file=sys.stderr, flush=True)
     return found
 
 
+def unpinned_notice(problems: list[str], collapse: bool) -> str:
+    head = "mha-ci pin check: UNPINNED run (pins recorded, not enforced)"
+    if collapse:
+        return (f"{head}: {len(problems)} pin mismatch{'es' if len(problems) != 1 else ''}; "
+                f"the full list is pin_mismatches in this run's results")
+    return f"{head}:\n  " + "\n  ".join(problems)
+
+
 def enforce() -> dict[str, str | None]:
-    """The installed versions, after enforce_report()."""
-    return enforce_report()["versions"]
+    """The installed versions, after enforce_report(). Its callers keep only the versions, so in
+    record mode the mismatches are printed in full: the output is the only place they are."""
+    return enforce_report(collapse=False)["versions"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,9 @@ files record, and each is marked where it happens:
 - `config`: `src/mha/configs` differs between the two measured commits (only judged when both
   commits are in this clone: a shallow clone cannot say, and then nothing is marked).
 
+Each shape also gets its step: the version where the medians before and after differ by more
+than the gate's threshold for the stored noise (mha_ci.perf.history_steps).
+
 A version that is not a valid perf document is skipped with a warning and counted, not fatal:
 one bad commit in a long history must not hide the rest. Nothing here needs a GPU.
 """
@@ -25,6 +28,8 @@ from pathlib import Path
 
 from mha_ci.errors import ConfigError, EnvironmentProblem
 from mha_ci.perf.document import parse_perf
+from mha_ci.perf.history_links import commit_link_template
+from mha_ci.perf.history_steps import DEFAULT_FLOOR_PCT, DEFAULT_K, Step, StepRule, find_step, step_rule
 from mha_ci.perf.shapes import pass_of_key
 
 SCHEMA = "mha-ci.perf-history/1"
@@ -81,6 +86,8 @@ class Point:
 class Series:
     key: str
     points: list[Point]
+    bucket: str | None = None       # the config bucket of the newest version that has the shape
+    step: Step | None = None        # the largest step of the series (mha_ci.perf.history_steps)
 
     @property
     def pass_(self) -> str:
@@ -107,9 +114,15 @@ class Series:
             return None
         return (valued[-1].value_us - valued[0].value_us) / valued[0].value_us * 100   # type: ignore[operator]
 
+    @property
+    def step_size(self) -> float:
+        """|step| in per cent; 0 without a step: what the overview ranks by."""
+        return abs(self.step.delta_pct) if self.step else 0.0
+
     def to_dict(self) -> dict:
-        return {"key": self.key, "pass": self.pass_, "first_us": self.first_us, "last_us": self.last_us,
-                "move_pct": self.move_pct, "points": [p.to_dict() for p in self.points]}
+        return {"key": self.key, "pass": self.pass_, "bucket": self.bucket, "first_us": self.first_us,
+                "last_us": self.last_us, "move_pct": self.move_pct,
+                "step": self.step.to_dict() if self.step else None, "points": [p.to_dict() for p in self.points]}
 
 
 @dataclass
@@ -121,9 +134,12 @@ class History:
     versions: list[Version]
     skipped: list[dict]          # {"sha", "reason"} of the versions that were not perf documents
     series: list[Series]         # largest move first
+    step_rule: StepRule = field(default_factory=lambda: StepRule(DEFAULT_FLOOR_PCT, DEFAULT_K, "default"))
+    link_template: str | None = None    # "https://github.com/o/r/commit/{sha}"; None: hashes as text
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "arch": self.arch, "toolchain": self.toolchain, "path": self.path, "rev": self.rev,
+                "step_rule": self.step_rule.to_dict(), "link_template": self.link_template,
                 "versions": [v.to_dict() for v in self.versions], "skipped": self.skipped,
                 "series": [s.to_dict() for s in self.series]}
 
@@ -222,16 +238,19 @@ def _point(index: int, entry: dict) -> Point:
                  error=entry.get("error"))
 
 
-def build_series(root: Path, versions: list[Version], keys: list[str]) -> list[Series]:
-    """Each key's points over the versions it is in, marked; largest move first."""
+def build_series(root: Path, versions: list[Version], keys: list[str], rule: StepRule | None = None) -> list[Series]:
+    """Each key's points over the versions it is in, marked, with its step; largest move first."""
+    rule = rule or step_rule(root)
     config_diffs: dict[tuple[int, int], list[str] | None] = {}
     series = []
     for key in keys:
         points: list[Point] = []
+        bucket = None
         for index, version in enumerate(versions):
             entry = next((e for e in version.doc["results"] if e.get("key") == key), None)
             if entry is None:
                 continue
+            bucket = entry.get("bucket") if isinstance(entry.get("bucket"), str) else bucket
             point = _point(index, entry)
             if points:
                 previous = points[-1]
@@ -247,7 +266,8 @@ def build_series(root: Path, versions: list[Version], keys: list[str]) -> list[S
                 if old.triton and new.triton and old.triton != new.triton:
                     point.marks.append("toolchain")
             points.append(point)
-        series.append(Series(key=key, points=points))
+        valued = [(p.version, p.value_us, p.noise_pct) for p in points if p.value_us is not None]
+        series.append(Series(key=key, points=points, bucket=bucket, step=find_step(valued, rule)))
     return sorted(series, key=lambda s: (s.move_pct is None, -abs(s.move_pct or 0.0), s.key))
 
 
@@ -274,5 +294,7 @@ def history(root: Path, arch: str, toolchain: str, globs: list[str] | None = Non
     path = baseline_path(arch, toolchain)
     if not versions:
         raise ConfigError(f"none of the {len(skipped)} committed versions of {path} is a perf document", file=path)
+    rule = step_rule(root)
     return History(arch=arch, toolchain=toolchain, path=path, rev=rev, versions=versions, skipped=skipped,
-                   series=build_series(root, versions, select_keys(versions, globs, pass_)))
+                   series=build_series(root, versions, select_keys(versions, globs, pass_), rule),
+                   step_rule=rule, link_template=commit_link_template(root))

@@ -122,3 +122,39 @@ def test_check_lists_every_mismatch_at_once():
     with pytest.raises(pincheck.PinMismatch) as info:
         pincheck.check({"toolchain": "tc", "mode": "enforce", "pins": {"pytest": "0.0.1", "no-such-pkg-x": "2"}})
     assert len(str(info.value).splitlines()) == 2
+
+
+def _record_mode(monkeypatch, pins: dict, mode: str = "record") -> None:
+    monkeypatch.setenv("MHA_CI_PINS", json.dumps({"toolchain": "triton-3.4", "mode": mode, "pins": pins}))
+
+
+MISMATCHED = {"pytest": "0.0.1", "nosuchpkg-a": "1.0", "nosuchpkg-b": "2.0"}
+
+
+def test_record_mode_collapses_the_mismatches_to_one_line_with_the_count(monkeypatch, capsys):
+    """Every payload process prints this; the list itself goes into the results it writes."""
+    _record_mode(monkeypatch, MISMATCHED)
+    found = pincheck.enforce_report()
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["mha-ci pin check: UNPINNED run (pins recorded, not enforced): 3 pin mismatches; "
+                                "the full list is pin_mismatches in this run's results"]
+    assert len(found["pin_mismatches"]) == 3 and found["pins_checked"] is False     # kept in full for the results
+    assert any("pins pytest==0.0.1" in m for m in found["pin_mismatches"])
+
+
+def test_record_mode_without_results_prints_the_full_list(monkeypatch, capsys):
+    """enforce() keeps only the versions: its output is the one place the mismatches are."""
+    _record_mode(monkeypatch, MISMATCHED)
+    pincheck.enforce()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "mha-ci pin check: UNPINNED run (pins recorded, not enforced):" and len(lines) == 4
+
+
+def test_enforced_pins_still_exit_3_with_every_mismatch(monkeypatch, capsys):
+    _record_mode(monkeypatch, MISMATCHED, mode="enforce")
+    with pytest.raises(SystemExit) as stop:
+        pincheck.enforce_report()
+    err = capsys.readouterr().err
+    assert stop.value.code == 3
+    assert "pins pytest==0.0.1" in err and "nosuchpkg-a" in err and "nosuchpkg-b" in err
+    assert "UNPINNED" not in err

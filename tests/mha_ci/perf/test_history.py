@@ -175,13 +175,54 @@ def test_refresh_pr_body_points_each_moved_shape_to_history_and_bisect():
     assert f"`{FWD_A}`" not in where              # +0.5 %: it did not move
 
 
-def test_shape_plot_names_each_version_once(repo):
-    """Refreshes on one day must stay apart on the x axis: the ticks are the page's version numbers."""
+def test_shape_plot_x_axis_is_the_versions_dates(repo):
+    """Each point sits at its version's commit time, the ticks read as dates, not version numbers."""
+    from matplotlib.dates import num2date
+
     h = history(repo, "sm90", "triton-3.4")
-    fig = history_report.shape_figure(h, h.series[0])
-    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    fig = history_report.shape_figure(h, series_of(h, FWD_A))
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    xs = [num2date(x).replace(tzinfo=None) for x in ax.lines[0].get_xdata(orig=False)]
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
     history_report.pyplot().close(fig)
-    assert labels == [str(i) for i in range(len(h.versions))]
+    assert xs == [history_report.when(v) for v in h.versions]
+    assert labels and not any(label.isdigit() and int(label) < len(h.versions) for label in labels)
+
+
+def test_steps_are_in_history_json_and_on_the_page(repo, tmp_path):
+    out = tmp_path / "out"
+    assert run(repo, out) == ExitCode.OK
+    doc = json.loads((out / "history.json").read_text())
+    assert doc["step_rule"] == {"floor_pct": 3.0, "k": 2.0, "source": "default"}
+    assert doc["link_template"] is None                       # no origin: hashes as text
+    step = series(out)[FWD_A]["step"]
+    assert step["version"] == 1 and step["delta_pct"] == pytest.approx(20.5)   # 100 -> median(120, 121)
+    assert step["wording"] == "20.5 % slower"
+    assert series(out)[FWD_B]["step"] is None and series(out)[BWD]["step"] is None   # within noise
+    page = (out / "index.html").read_text()
+    assert '<td class="slower" data-v="20.5000">20.5 % slower</td>' in page
+    assert f'<code>{doc["versions"][1]["sha"][:12]}</code>' in page and "github.com" not in page
+
+
+def test_backward_shapes_are_on_the_page_and_filterable(repo, tmp_path):
+    out = tmp_path / "out"
+    assert run(repo, out) == ExitCode.OK
+    page = (out / "index.html").read_text()
+    assert f'<tr id="{BWD}" data-pass="bwd" data-bucket="default"' in page
+    assert '<option value="bwd">' in page and (out / "shapes" / f"{BWD}.png").is_file()
+
+
+def test_commit_links_follow_a_github_origin(repo, tmp_path):
+    git(repo, "remote", "add", "origin", "git@github.com:example/mha.git")
+    out = tmp_path / "out"
+    assert run(repo, out) == ExitCode.OK
+    doc = json.loads((out / "history.json").read_text())
+    assert doc["link_template"] == "https://github.com/example/mha/commit/{sha}"
+    sha = doc["versions"][1]["sha"]
+    assert f'<a href="https://github.com/example/mha/commit/{sha}"><code>{sha[:12]}</code></a>' in \
+        (out / "index.html").read_text()
+    assert f"(https://github.com/example/mha/commit/{sha})" in (out / "history.md").read_text()
 
 
 def test_shape_plot_mark_letters_sit_above_the_plot_apart(repo):
@@ -198,12 +239,13 @@ def test_shape_plot_mark_letters_sit_above_the_plot_apart(repo):
     assert not boxes["K"].overlaps(boxes["C"])
 
 
-def test_overview_legend_lists_largest_move_first(repo):
+def test_overview_draws_only_the_shapes_that_stepped(repo):
     h = history(repo, "sm90", "triton-3.4")
     fig = history_report.overview_figure(h)
-    names = [t.get_text().split(" ")[0] for t in fig.axes[0].get_legend().get_texts()]
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     history_report.pyplot().close(fig)
-    assert names == [s.key for s in h.series] == [FWD_A, BWD, FWD_B]
+    assert [text.split(" ")[0] for text in legend] == [FWD_A]
+    assert "20.5 % slower at" in legend[0]
 
 
 def series_of(h, key: str):
