@@ -65,7 +65,7 @@ def check_stored(root: Path, toolchain: str) -> None:
 
 
 def cache_dir(root: Path) -> Path:
-    """$MHA_CI_CHECKSUMS_CACHE, else <$MHA_CI_CACHE or <root>/.cache/mha-ci>/checksums."""
+    """$MHA_CI_CHECKSUMS_CACHE, else <the machine's cache (mha_ci.cache.cache_root)>/checksums."""
     if os.environ.get("MHA_CI_CHECKSUMS_CACHE"):
         return Path(os.environ["MHA_CI_CHECKSUMS_CACHE"]).resolve()
     return cache_root(root) / "checksums"

@@ -1,7 +1,7 @@
 """The default executor: one virtual environment per toolchain, built from its lock file.
 
-Environments live under <cache>/venvs/<toolchain>-<sha256(lock)[:12]>, where <cache> is
-$MHA_CI_CACHE or <root>/.cache/mha-ci. The name changes whenever the lock file does, so an
+Environments live under <cache>/venvs/<toolchain>-<sha256(lock)[:12]>, where <cache> is the
+machine's (mha_ci.cache.cache_root: $MHA_CI_CACHE, else ~/.cache/mha-ci). The name changes whenever the lock file does, so an
 environment is reused exactly while the pins that made it are unchanged.
 
 Building is atomic: the environment is made in a temporary sibling folder and renamed into

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from mha_ci.cache import cache_root
 from mha_ci.checksums import verify as checksums_job
 from mha_ci.checksums import records
 from mha_ci.cli import main
@@ -29,7 +30,8 @@ REPO = Path(__file__).resolve().parents[3]
 TOY = Path(__file__).resolve().parents[2] / "fixtures" / "checksums_toy" / "mha"
 ONLY = "fp16-d64-"
 ARCHS = ("gfx942", "sm90")
-VENVS = Path(os.environ.get("MHA_CI_CACHE") or REPO / ".cache" / "mha-ci")
+# the toolchain environments: the machine's cache, read at import, before any fixture hides it
+VENVS = cache_root()
 
 
 def make_checkout(dest: Path, kernel_package: Path) -> Path:
