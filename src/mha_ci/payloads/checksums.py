@@ -120,6 +120,12 @@ def _package_dir(package: str) -> Path:
 
 
 def compute(args) -> int:
+    cache = CompileCache(Path(args.cache_dir) if args.cache_dir else None)
+    with cache.in_use():          # `mha-ci cache prune` leaves the folder alone meanwhile
+        return _compute(args, cache)
+
+
+def _compute(args, cache: CompileCache) -> int:
     # 1. the environment: pins, one Triton cache, the targets' compilers
     pincheck.enforce()
     started = time.monotonic()
@@ -146,7 +152,6 @@ def compute(args) -> int:
     config_digest = {arch: file_digest(Path(config_mod.config_path(arch))) for arch, _ in targets}
     key_toolchain = {"name": toolchain["name"], "lock": toolchain["lock_sha256"], "triton": triton.__version__,
                      "env": chosen}
-    cache = CompileCache(Path(args.cache_dir) if args.cache_dir else None)
     keys = {v.key: cache_key(sources=sources, config=config_digest[v.arch], identity=v.task.identity(),
                              toolchain=key_toolchain) for v in variants}
 
