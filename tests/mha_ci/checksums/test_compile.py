@@ -87,6 +87,21 @@ def test_baseline_is_stored_and_verifies(baseline, checkout):
     assert computed.codeobjs.determinism["agree"] and len(computed.codeobjs.determinism["sample"]) == 1
 
 
+def test_a_second_clone_hits_what_the_first_compiled(baseline, tmp_path, monkeypatch):
+    """Issue 40: the baseline (one clone) compiled into its cache; another clone of the same
+    sources at another path, sharing that cache as the machine's (MHA_CI_CACHE), compiles nothing."""
+    shared = tmp_path / "machine-cache"
+    shutil.copytree(baseline / ".cache" / "checksums", shared / "checksums")
+    monkeypatch.delenv("MHA_CI_CHECKSUMS_CACHE", raising=False)
+    monkeypatch.setenv("MHA_CI_CACHE", str(shared))
+    clone = make_checkout(tmp_path / "second-clone", TOY)
+    shutil.copytree(baseline / "perf_baselines", clone / "perf_baselines")
+    computed, verdict = compute(clone, recheck=0.0)
+    assert not verdict.failed, verdict.table
+    stats = computed.codeobjs.stats
+    assert stats["compiled"] == 0 and stats["cached"] == stats["variants"] > 0
+
+
 def test_test_file_edit_changes_nothing_and_hits_the_cache(checkout):
     test_file = checkout / "tests" / "mha" / "test_toy.py"
     test_file.write_text(test_file.read_text() + "\n\ndef test_more():\n    assert 1 + 1 == 2\n")
