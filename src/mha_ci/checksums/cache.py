@@ -1,8 +1,9 @@
 """On-disk cache of compile results, so a warm `verify` compiles nothing.
 
 Key = sha256 over everything a code object can depend on, in the brief's terms:
-the kernel package's source files (every .py under it, path-relative), the arch's config JSON,
-the variant (function, signature, constexprs, argument attributes, num_warps, num_stages,
+the kernel package's source files (every .py under it, path-relative), the variant's bucket
+section of the arch's config JSON (in the payload; the rest of the file reaches a compile only
+through the identity: a guard's num_stages, say), the variant (function, signature, constexprs, argument attributes, num_warps, num_stages,
 target), and the toolchain (lock-file hash plus the Triton version actually imported, so the
 `host` toolchain, which has no lock, is keyed by what is installed). A comment-only edit of a
 kernel file therefore misses the cache and recompiles (and yields the same checksum: line info

@@ -142,6 +142,9 @@ def test_num_warps_change_changes_exactly_that_bucket(checkout, capsys):
     assert all(d["status"] == "changed" and "num_warps 4 -> 8" in d["describe"] for d in changed)
     assert all("config gfx942 forward.small_head changed: num_warps 4 -> 8" in d["why"] for d in changed)
     assert "gfx942 small_head forward fwd fp16-d64-plain: " in out
+    # only that bucket's variants miss the cache (its key names the bucket, not the whole file)
+    stats = json.loads((checkout / "out" / "code_objects" / "triton-3.8.json").read_text())["stats"]
+    assert stats["compiled"] == len(expected) < stats["variants"], stats
     # update stores it; verify passes again
     assert main(["--root", str(checkout), "checksums", "update", "--toolchain", "triton-3.8",
                  "--arch", "gfx942", "--arch", "sm90", "--only", ONLY]) == 0
