@@ -11,8 +11,9 @@ STAMP   := $(VENV)/.installed-$(shell cat requirements-dev.lock pyproject.toml |
 # ld.lld 19 links Triton 3.4's AMD code objects (docs/facts.md: Debian's default lld 14 cannot).
 LLD     := /usr/lib/llvm-19/bin/ld.lld
 export TRITON_HIP_LLD_PATH ?= $(LLD)
-# Toolchain environments, compile caches and image build contexts live here (CI may cache it).
-export MHA_CI_CACHE ?= $(CURDIR)/.cache/mha-ci
+# Toolchain environments, compile caches and image build contexts live in the machine's cache,
+# $MHA_CI_CACHE else ~/.cache/mha-ci (mha_ci/cache.py), shared by every clone: a second clone's
+# `make ci` reuses what the first one built. `mha-ci cache info/prune` show and trim it.
 # pytest-xdist workers for the runner's own tests: in one process they keep one core busy (a test
 # waits on one payload or interpreter run at a time), so one worker per core (`auto`) uses all of
 # CI's two (docs/ci-timings.md). TEST_WORKERS=0 runs them in one process.

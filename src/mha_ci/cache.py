@@ -1,6 +1,11 @@
 """Where mha-ci keeps what it builds and reuses between runs: toolchain environments, compile
-caches and image build contexts (CI may cache the folder; the Makefile exports $MHA_CI_CACHE),
-and, apart from it, the state that vouches for what is in it.
+caches and image build contexts, and, apart from it, the state that vouches for what is in it.
+
+The cache is the machine's, not the checkout's: $MHA_CI_CACHE, else $XDG_CACHE_HOME/mha-ci
+(~/.cache/mha-ci), so every clone reuses what another one built. Entries are named by what made
+them (a lock's digest, a compile's full key) and written under a lock or by an atomic rename
+(mha_ci.executors.venv, mha_ci.checksums.cache), so clones and runs may share it at once;
+`mha-ci cache info/prune` (mha_ci.cache_entries) show and trim it.
 
 The cache is input from others: CI restores it from another run's upload, and clones may share
 one. Nothing in it can vouch for itself, so what a cached entry is checked against lives in the
@@ -17,10 +22,17 @@ from pathlib import Path
 from mha_ci.errors import ConfigError
 
 
-def cache_root(root: Path) -> Path:
-    """$MHA_CI_CACHE, else <root>/.cache/mha-ci, `root` being the checkout."""
+def cache_root(root: Path | None = None) -> Path:
+    """$MHA_CI_CACHE, else $XDG_CACHE_HOME/mha-ci, else ~/.cache/mha-ci. `root` (the checkout
+    asking) does not choose it: every clone of the machine shares the one folder."""
     override = os.environ.get("MHA_CI_CACHE")
-    return Path(override).resolve() if override else Path(root) / ".cache" / "mha-ci"
+    if override:
+        return Path(override).resolve()
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    # the XDG rule: a relative $XDG_CACHE_HOME is invalid and ignored (it would follow the cwd)
+    if not base or not Path(base).is_absolute():
+        base = str(Path.home() / ".cache")
+    return Path(base).resolve() / "mha-ci"
 
 
 def state_root(cache: Path) -> Path:

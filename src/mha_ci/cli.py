@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import NoReturn
 
 from mha_ci import __version__
-from mha_ci.commands import bisect, checksums, containers, export, perf, plan, run, tune, validate
+from mha_ci.commands import bisect, cache, checksums, containers, export, perf, plan, run, tune, validate
 from mha_ci.crash import on_signals, report_crash
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError, interruption
 from mha_ci.files import refuse_special_outputs, storage_failure
 
-COMMANDS = (validate, plan, run, perf, checksums, tune, export, containers)
+COMMANDS = (validate, plan, run, perf, checksums, tune, export, containers, cache)
 # Subcommands with a module of their own, registered under their command's table here: commands
 # never import each other.
 NESTED = {perf: (bisect,)}

@@ -7,7 +7,25 @@ from pathlib import Path
 
 import pytest
 
+from mha_ci.cache import cache_root
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# The machine's cache as the test run found it ($MHA_CI_CACHE, else ~/.cache/mha-ci): the toolchain
+# environments `make ci` built are there, and a slow test rebuilding them would take minutes.
+MACHINE_CACHE = cache_root()
+
+
+@pytest.fixture(autouse=True)
+def private_cache(request, tmp_path_factory, monkeypatch) -> None:
+    """No test writes the machine's cache unasked: XDG_CACHE_HOME points into pytest's temporary
+    folder and MHA_CI_CACHE is unset. Slow tests (real toolchain environments, marked `slow`) get
+    MHA_CI_CACHE=MACHINE_CACHE instead, so they reuse (or build once, as `mha-ci run` would) the
+    environments of the lock files; a test may still set its own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-cache"))
+    if request.node.get_closest_marker("slow"):
+        monkeypatch.setenv("MHA_CI_CACHE", str(MACHINE_CACHE))
+    else:
+        monkeypatch.delenv("MHA_CI_CACHE", raising=False)
 
 
 @pytest.fixture
@@ -32,8 +50,8 @@ def pipeline_root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def torch_python() -> str:
-    """A Python with torch: $MHA_CI_TEST_TORCH_PYTHON, else the golden toolchain's venv (built or
-    reused through the venv executor, as `mha-ci run` would)."""
+    """A Python with torch: $MHA_CI_TEST_TORCH_PYTHON, else the golden toolchain's venv in the
+    machine's cache (built or reused through the venv executor, as `mha-ci run` would)."""
     candidate = os.environ.get("MHA_CI_TEST_TORCH_PYTHON")
     if candidate:
         return candidate
@@ -41,5 +59,5 @@ def torch_python() -> str:
     from mha_ci.model.loader import load_pipeline
 
     pipeline = load_pipeline(REPO_ROOT)
-    env = VenvExecutor(REPO_ROOT).ensure_env(pipeline.toolchains["triton-3.4"])
+    env = VenvExecutor(REPO_ROOT, cache=MACHINE_CACHE).ensure_env(pipeline.toolchains["triton-3.4"])
     return str(env / "bin" / "python")

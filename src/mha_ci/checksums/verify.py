@@ -65,7 +65,7 @@ def check_stored(root: Path, toolchain: str) -> None:
 
 
 def cache_dir(root: Path) -> Path:
-    """$MHA_CI_CHECKSUMS_CACHE, else <$MHA_CI_CACHE or <root>/.cache/mha-ci>/checksums."""
+    """$MHA_CI_CHECKSUMS_CACHE, else <the machine's cache (mha_ci.cache.cache_root)>/checksums."""
     if os.environ.get("MHA_CI_CHECKSUMS_CACHE"):
         return Path(os.environ["MHA_CI_CHECKSUMS_CACHE"]).resolve()
     return cache_root(root) / "checksums"
@@ -112,8 +112,10 @@ def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Execu
     relative = f"{OUT_SUBDIR}/{toolchain.name}.json"
     args = ["compute", "--out", relative, "--package", package, "--determinism-sample", str(determinism_sample)]
     args += _target_args(targets)
+    caches: tuple[Path, ...] = ()
     if use_cache:
-        args += ["--cache-dir", str(cache_dir(root) / toolchain.name)]
+        caches = (cache_dir(root) / toolchain.name,)
+        args += ["--cache-dir", str(caches[0])]
     stored = stored_path(root, toolchain.name)
     if stored.is_file():    # the claims of the cache are checked against it (relative: the payload runs in the checkout)
         args += ["--stored", str(stored.relative_to(root)) if stored.is_relative_to(root) else str(stored)]
@@ -132,7 +134,8 @@ def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Execu
         out_file.unlink()          # never read a previous run's file as this run's result
     result = executor.run(PayloadRun(module="checksums", args=tuple(args), toolchain=toolchain,
                                      arch=job_arch or targets[0], out_dir=Path(out_dir),
-                                     timeout_s=PAYLOAD_TIMEOUT_S, log_prefix=f"checksums {toolchain.name}"))
+                                     timeout_s=PAYLOAD_TIMEOUT_S, log_prefix=f"checksums {toolchain.name}",
+                                     caches=caches))
     if result.exit_code == ExitCode.CONFIG_ERROR and only and out_file.is_file() and not result.error:
         raise _no_variant_matches(only, _read_fresh(out_file, toolchain.name))
     if result.error or result.timed_out or not out_file.is_file() or result.exit_code not in (0, 1):

@@ -27,6 +27,9 @@ class PayloadRun:
     env: dict[str, str] = field(default_factory=dict)   # only these pass in (plus PYTHONPATH etc.)
     timeout_s: float | None = None
     log_prefix: str = ""
+    # Host folders the payload reads as a cache (the compile cache): the docker executor mounts
+    # each that exists, read-only, at its path; the others see the host anyway.
+    caches: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,10 @@ What the container sees of the host, and why:
 - the checkout, read-only, and the job's output folder, writable, each at the SAME absolute
   path as on the host. Arguments, PYTHONPATH, pytest node ids and any path a payload writes
   into its results are then byte-for-byte what the venv executor gives, so a job's verdict and
-  checksums do not depend on the executor (docs/architecture.md, Executors). Nothing else of the host is mounted.
+  checksums do not depend on the executor (docs/architecture.md, Executors). The payload's
+  caches (PayloadRun.caches: the compile cache, in the machine's cache folder) are mounted
+  read-only, so a container reads hits as the venv executor does but writes none. Nothing else
+  of the host is mounted.
 - no network: payloads need none, and none means results cannot depend on it.
 - only the variables of PayloadRun.env, plus PYTHONPATH and HOME (the image's own ENV, e.g.
   TRITON_HIP_LLD_PATH, stays).
@@ -68,10 +71,13 @@ def device_options(arch: Arch) -> dict:
     raise EnvironmentProblem(f"arch {arch.name}: unknown device kind {arch.device!r}")
 
 
-def mounts(root: Path, out_dir: Path) -> dict:
+def mounts(root: Path, out_dir: Path, caches: tuple[Path, ...] = ()) -> dict:
     # The daemon mounts parents before children, so an output folder inside the checkout
     # (out/<job>) is writable even though the checkout around it is read-only.
-    return {str(root): {"bind": str(root), "mode": "ro"},
+    # A cache is read-only: what the container writes could only be trusted after a recheck, and
+    # a missing folder is left out (the daemon would create it on the host, as root).
+    volumes = {str(c): {"bind": str(c), "mode": "ro"} for c in caches if Path(c).is_dir()}
+    return {**volumes, str(root): {"bind": str(root), "mode": "ro"},
             str(out_dir): {"bind": str(out_dir), "mode": "rw"}}
 
 
@@ -159,7 +165,7 @@ class DockerExecutor(Executor):
         try:
             container = self.client.containers.create(
                 image.id, command, name=name, environment=container_environment(payload, root),
-                volumes=mounts(root, out_dir), working_dir=str(root), network_mode="none",
+                volumes=mounts(root, out_dir, payload.caches), working_dir=str(root), network_mode="none",
                 user=f"{os.getuid()}:{os.getgid()}", labels={"mha-ci.payload": payload.module,
                                               "mha-ci.log-prefix": payload.log_prefix},
                 mem_limit=self.mem_limit, memswap_limit=self.mem_limit,

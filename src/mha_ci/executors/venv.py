@@ -1,14 +1,16 @@
 """The default executor: one virtual environment per toolchain, built from its lock file.
 
-Environments live under <cache>/venvs/<toolchain>-<sha256(lock)[:12]>, where <cache> is
-$MHA_CI_CACHE or <root>/.cache/mha-ci. The name changes whenever the lock file does, so an
+Environments live under <cache>/venvs/<toolchain>-<sha256(lock)[:12]>, where <cache> is the
+machine's (mha_ci.cache.cache_root: $MHA_CI_CACHE, else ~/.cache/mha-ci). The name changes whenever the lock file does, so an
 environment is reused exactly while the pins that made it are unchanged.
 
 Building is atomic: the environment is made in a temporary sibling folder and renamed into
 place only after `pip install` succeeded and a completion marker was written; a folder without
 the marker (a build killed halfway) is never used. A file lock per environment keeps two
 concurrent runs (or clones sharing one cache) from building the same one twice, and one that
-must go is renamed out of the way before it is deleted, so nobody sees half of it. The
+must go is renamed out of the way before it is deleted, so nobody sees half of it. A payload
+holds the same lock shared while it runs, so neither a rebuild nor `mha-ci cache prune` takes
+the environment from under it; the lock file's mtime is the environment's last use. The
 environment is always entered as `<env>/bin/python -m ...`, never through bin/ scripts, whose
 shebang lines still name the temporary folder.
 
@@ -41,6 +43,7 @@ it still differs after that):
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
@@ -51,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -363,11 +367,28 @@ class VenvExecutor(Executor):
 
     # ----------------------------------------------------------------- running
     def run(self, payload: PayloadRun) -> PayloadResult:
-        env = self.ensure_env(payload.toolchain)
         # Bytecode goes to (and is read from) the state folder: never from the cache's __pycache__.
         payload = dataclasses.replace(payload, env={**payload.env, "PYTHONPYCACHEPREFIX": str(self.state / "pycache")})
-        return run_python_payload(str(env / "bin" / "python"), payload, self.root, executor=self.name,
-                                  stream=self.stream, provenance={"venv": str(env)})
+        while True:
+            env = self.ensure_env(payload.toolchain)
+            with self.in_use(env):
+                if self._complete(env):
+                    return run_python_payload(str(env / "bin" / "python"), payload, self.root, executor=self.name,
+                                              stream=self.stream, provenance={"venv": str(env)})
+            self._verified.discard(env)     # pruned between its check and its use: build it again
+
+    @contextlib.contextmanager
+    def in_use(self, env: Path) -> Iterator[None]:
+        """Hold `env`'s lock shared while a payload runs in it (a build or `mha-ci cache prune`
+        takes it exclusively, so neither pulls the environment away), and mark it used now: the
+        lock file's mtime is the environment's last use."""
+        with open(self._lock_path(env.name), "a") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_SH)
+            try:
+                os.utime(lock_file.name)
+            except OSError:
+                pass                        # not our file: the last use shown is older, nothing else
+            yield
 
 
 def _read_manifest(path: Path) -> Manifest | None:

@@ -40,7 +40,7 @@ actionlint run in `make lint`):
 - the plan jobs run `mha-ci export github --check`, so a stale workflow fails CI (a fork can
   edit that step too: the default branch's workflows are the guard, not this check).
 
-The CPU jobs keep the venv executor's cache (<checkout>/.cache/mha-ci) between runs, in two
+The CPU jobs keep the venv executor's cache (~/.cache/mha-ci, the runner's) between runs, in two
 actions/cache entries with their own keys, so a kernel change still reuses the toolchain env:
 - venvs/: per toolchain, keyed by its lock file and the Python that built it (a venv names its
   interpreter's path). No restore-keys: an environment of other pins is never used (its folder

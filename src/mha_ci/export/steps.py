@@ -53,6 +53,11 @@ def setup_python(step_id: str | None = None) -> dict:
     return {**named, "uses": SETUP_PYTHON, "with": {"python-version": PYTHON_VERSION}}
 
 
+# mha-ci's default cache root (mha_ci.cache.cache_root) on a runner that sets neither MHA_CI_CACHE
+# nor XDG_CACHE_HOME, as GitHub's do not; actions/cache expands the ~.
+CACHE_ROOT = "~/.cache/mha-ci"
+
+
 def cache_steps() -> list[dict]:
     """The CPU job's toolchain envs and compile cache (export/github.py's docstring: the keys)."""
     lock = expr("hashFiles(format('containers/{0}/requirements.lock', matrix.toolchain))")
@@ -62,9 +67,9 @@ def cache_steps() -> list[dict]:
     compile_lock = f"{compile_prefix}{lock}-"
     return [
         {"name": "Toolchain environment cache", "uses": CACHE,
-         "with": {"path": ".cache/mha-ci/venvs", "key": venvs}},
+         "with": {"path": f"{CACHE_ROOT}/venvs", "key": venvs}},
         {"name": "Compile cache", "if": "matrix.kind == 'checksums'", "uses": CACHE,
-         "with": {"path": ".cache/mha-ci/checksums", "key": compile_lock + expr("hashFiles('src/mha/**')"),
+         "with": {"path": f"{CACHE_ROOT}/checksums", "key": compile_lock + expr("hashFiles('src/mha/**')"),
                   "restore-keys": f"{compile_lock}\n{compile_prefix}\n"}},
     ]
 

@@ -55,7 +55,7 @@ from pathlib import Path
 
 os.environ["TRITON_DISABLE_LINE_INFO"] = "1"   # before anything imports triton (docs/facts.md: the line-info path leak)
 
-from mha_ci.checksums.cache import CompileCache, cache_key, file_digest, tree_digest
+from mha_ci.checksums.cache import CompileCache, cache_key, tree_digest
 from mha_ci.checksums.compile import (CompileTarget, ToolchainEnvironmentError, cleanup_triton_cache, compile_all,
                                       compile_task, prepare_environment)
 from mha_ci.checksums.records import CodeObjectFile, CodeObjectRecord, RecordFileError, dump, error_summary, load
@@ -120,6 +120,12 @@ def _package_dir(package: str) -> Path:
 
 
 def compute(args) -> int:
+    cache = CompileCache(Path(args.cache_dir) if args.cache_dir else None)
+    with cache.in_use():          # `mha-ci cache prune` leaves the folder alone meanwhile
+        return _compute(args, cache)
+
+
+def _compute(args, cache: CompileCache) -> int:
     # 1. the environment: pins, one Triton cache, the targets' compilers
     pincheck.enforce()
     started = time.monotonic()
@@ -142,12 +148,12 @@ def compute(args) -> int:
     if args.only and not variants:
         return _no_match(args, targets, toolchain)
     sources = tree_digest(package_dir)
-    config_mod = importlib.import_module(f"{args.package}.config")
-    config_digest = {arch: file_digest(Path(config_mod.config_path(arch))) for arch, _ in targets}
     key_toolchain = {"name": toolchain["name"], "lock": toolchain["lock_sha256"], "triton": triton.__version__,
                      "env": chosen}
-    cache = CompileCache(Path(args.cache_dir) if args.cache_dir else None)
-    keys = {v.key: cache_key(sources=sources, config=config_digest[v.arch], identity=v.task.identity(),
+    # The config enters a compile only through the variant's identity (constexprs, num_warps,
+    # num_stages, kernel), so the key names the variant's bucket section, not the whole file: a
+    # change to one bucket (or to a note) misses only the variants of that bucket.
+    keys = {v.key: cache_key(sources=sources, config=v.config_hash, identity=v.task.identity(),
                              toolchain=key_toolchain) for v in variants}
 
     # 3. compile what the cache does not hold, and again some of what it holds

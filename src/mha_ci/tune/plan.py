@@ -95,7 +95,8 @@ def compile_candidates(root: Path, toolchain, arch, pipeline, items: list[dict],
     cpu_arch = next((a for a in pipeline.archs.values() if a.device == "none"), arch)
     result = executor.run(PayloadRun(module="tune", args=tuple(args), toolchain=env_toolchain,
                                      arch=cpu_arch if executor.name != "host" else arch, out_dir=Path(out),
-                                     timeout_s=COMPILE_TIMEOUT_S, log_prefix=f"tune compile {toolchain.name}"))
+                                     timeout_s=COMPILE_TIMEOUT_S, log_prefix=f"tune compile {toolchain.name}",
+                                     caches=(cache_dir(root) / toolchain.name,)))
     data = outdir.read_json(result_path)
     if result.exit_code != 0 or data is None:
         raise EnvironmentProblem(f"the tune compile payload ({toolchain.name}) produced no result "

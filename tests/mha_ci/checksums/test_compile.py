@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from mha_ci.cache import cache_root
 from mha_ci.checksums import verify as checksums_job
 from mha_ci.checksums import records
 from mha_ci.cli import main
@@ -29,7 +30,8 @@ REPO = Path(__file__).resolve().parents[3]
 TOY = Path(__file__).resolve().parents[2] / "fixtures" / "checksums_toy" / "mha"
 ONLY = "fp16-d64-"
 ARCHS = ("gfx942", "sm90")
-VENVS = Path(os.environ.get("MHA_CI_CACHE") or REPO / ".cache" / "mha-ci")
+# the toolchain environments: the machine's cache, read at import, before any fixture hides it
+VENVS = cache_root()
 
 
 def make_checkout(dest: Path, kernel_package: Path) -> Path:
@@ -85,6 +87,21 @@ def test_baseline_is_stored_and_verifies(baseline, checkout):
     assert computed.codeobjs.determinism["agree"] and len(computed.codeobjs.determinism["sample"]) == 1
 
 
+def test_a_second_clone_hits_what_the_first_compiled(baseline, tmp_path, monkeypatch):
+    """Issue 40: the baseline (one clone) compiled into its cache; another clone of the same
+    sources at another path, sharing that cache as the machine's (MHA_CI_CACHE), compiles nothing."""
+    shared = tmp_path / "machine-cache"
+    shutil.copytree(baseline / ".cache" / "checksums", shared / "checksums")
+    monkeypatch.delenv("MHA_CI_CHECKSUMS_CACHE", raising=False)
+    monkeypatch.setenv("MHA_CI_CACHE", str(shared))
+    clone = make_checkout(tmp_path / "second-clone", TOY)
+    shutil.copytree(baseline / "perf_baselines", clone / "perf_baselines")
+    computed, verdict = compute(clone, recheck=0.0)
+    assert not verdict.failed, verdict.table
+    stats = computed.codeobjs.stats
+    assert stats["compiled"] == 0 and stats["cached"] == stats["variants"] > 0
+
+
 def test_test_file_edit_changes_nothing_and_hits_the_cache(checkout):
     test_file = checkout / "tests" / "mha" / "test_toy.py"
     test_file.write_text(test_file.read_text() + "\n\ndef test_more():\n    assert 1 + 1 == 2\n")
@@ -125,6 +142,9 @@ def test_num_warps_change_changes_exactly_that_bucket(checkout, capsys):
     assert all(d["status"] == "changed" and "num_warps 4 -> 8" in d["describe"] for d in changed)
     assert all("config gfx942 forward.small_head changed: num_warps 4 -> 8" in d["why"] for d in changed)
     assert "gfx942 small_head forward fwd fp16-d64-plain: " in out
+    # only that bucket's variants miss the cache (its key names the bucket, not the whole file)
+    stats = json.loads((checkout / "out" / "code_objects" / "triton-3.8.json").read_text())["stats"]
+    assert stats["compiled"] == len(expected) < stats["variants"], stats
     # update stores it; verify passes again
     assert main(["--root", str(checkout), "checksums", "update", "--toolchain", "triton-3.8",
                  "--arch", "gfx942", "--arch", "sm90", "--only", ONLY]) == 0

@@ -4,13 +4,12 @@ JUnit XML, known failures as strict xfail, results.json and summary.md.
 The checkout is a throwaway copy (pipelines/, lock files, src/ of this repository) whose
 tests/mha holds a few tiny tests, one of them a real Triton kernel run by the interpreter, so
 the job is exercised without waiting for the kernel package's own suite. The toolchain venv is
-the real one (triton-3.4 lock, about a minute to build once); it is shared with `make` through
-MHA_CI_CACHE (default <repo>/.cache/mha-ci), so it is built at most once per lock file.
+the real one (triton-3.4 lock, about a minute to build once); it is the machine's (the slow tests'
+MHA_CI_CACHE, tests/mha_ci/conftest.py), so it is built at most once per lock file.
 """
 from __future__ import annotations
 
 import json
-import os
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
@@ -72,7 +71,6 @@ def checkout(pipeline_root: Path, monkeypatch) -> Path:
     (pipeline_root / "tests" / "mha").mkdir(parents=True)
     (pipeline_root / "tests" / "mha" / "test_tiny.py").write_text(TINY_TESTS)
     (pipeline_root / "pipelines" / "known_failures.yaml").write_text(KNOWN_FAILURE)
-    monkeypatch.setenv("MHA_CI_CACHE", os.environ.get("MHA_CI_CACHE", str(REPO / ".cache" / "mha-ci")))
     monkeypatch.setenv("MHA_CI_ASSUME_DEVICES", "")
     return pipeline_root
 

@@ -245,6 +245,11 @@ def test_checkout_read_only_output_writable_at_the_host_paths(tmp_path):
     m = mounts(tmp_path, tmp_path / "out" / "job")
     assert m == {str(tmp_path): {"bind": str(tmp_path), "mode": "ro"},
                  str(tmp_path / "out" / "job"): {"bind": str(tmp_path / "out" / "job"), "mode": "rw"}}
+    # the compile cache lies in the machine's cache, outside the checkout: read-only, when it exists
+    (tmp_path / "cache" / "triton-3.8").mkdir(parents=True)
+    m = mounts(tmp_path / "co", tmp_path / "out", (tmp_path / "cache" / "triton-3.8", tmp_path / "missing"))
+    assert m[str(tmp_path / "cache" / "triton-3.8")] == {"bind": str(tmp_path / "cache" / "triton-3.8"), "mode": "ro"}
+    assert str(tmp_path / "missing") not in m and len(m) == 3
 
 
 def test_unreachable_daemon_is_an_environment_problem(monkeypatch):

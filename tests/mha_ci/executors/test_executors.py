@@ -167,7 +167,13 @@ def test_venv_cache_follows_mha_ci_cache(tmp_path, monkeypatch, tiny_lock):
     executor = VenvExecutor(tmp_path)
     assert executor.venvs == (tmp_path / "elsewhere" / "venvs").resolve()
     monkeypatch.delenv("MHA_CI_CACHE")
-    assert VenvExecutor(tmp_path).venvs == tmp_path.resolve() / ".cache" / "mha-ci" / "venvs"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    # the machine's, not the checkout's: another clone gets the same folder
+    assert VenvExecutor(tmp_path).venvs == (tmp_path / "xdg").resolve() / "mha-ci" / "venvs"
+    assert VenvExecutor(tmp_path / "other-clone").venvs == VenvExecutor(tmp_path).venvs
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")       # invalid under the XDG rule: ignored
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert VenvExecutor(tmp_path).venvs == (tmp_path / "home").resolve() / ".cache" / "mha-ci" / "venvs"
 
 
 def test_missing_lock_file_is_an_environment_problem(tmp_path):

@@ -229,13 +229,13 @@ def test_cpu_jobs_cache_toolchain_envs_and_compile_cache_apart(generated):
         steps = {step["name"]: step for step in jobs["cpu"]["steps"]}
         venvs, compiled = steps["Toolchain environment cache"], steps["Compile cache"]
         assert venvs["uses"] == compiled["uses"] == CACHE
-        assert venvs["with"]["path"] == ".cache/mha-ci/venvs" and "restore-keys" not in venvs["with"]
+        assert venvs["with"]["path"] == "~/.cache/mha-ci/venvs" and "restore-keys" not in venvs["with"]
         lock = "hashFiles(format('containers/{0}/requirements.lock', matrix.toolchain))"
         assert lock in venvs["with"]["key"] and "src/mha" not in venvs["with"]["key"]
         assert "matrix.toolchain" in venvs["with"]["key"] and "steps.python.outputs.python-version" in venvs["with"]["key"]
         assert steps["Set up Python"]["id"] == "python"
         assert compiled["if"] == "matrix.kind == 'checksums'"
-        assert compiled["with"]["path"] == ".cache/mha-ci/checksums"
+        assert compiled["with"]["path"] == "~/.cache/mha-ci/checksums"
         key = compiled["with"]["key"]
         assert lock in key and key.endswith("${{ hashFiles('src/mha/**') }}")
         restore = compiled["with"]["restore-keys"].splitlines()
