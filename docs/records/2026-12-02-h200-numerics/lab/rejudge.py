@@ -21,9 +21,18 @@ pipeline = load_pipeline(Path("."))
 
 
 def docs_in(archive: str, suffix: str) -> dict[str, dict]:
+    """The perf documents of the step the archive is named after. A machine kept /tmp/r between
+    the calls of one lease, so an archive can also hold earlier steps' folders of the same name:
+    the step's own log says which folder its run wrote ("reports in ..." / "wrote ...")."""
     with tarfile.open(RAW / archive) as tar:
+        step = archive.split("-")[1]
+        log = tar.extractfile(f"{step}.log").read().decode()
+        marker = "reports in " if "reports in " in log else "wrote "
+        folder = log.rsplit(marker, 1)[1].split()[0].removeprefix("/tmp/")
+        folder = folder if not folder.endswith(".json") else folder.rsplit("/", 1)[0]
         return {m.name: parse_perf(tar.extractfile(m).read(), m.name) for m in tar.getmembers()
-                if m.isfile() and m.name.endswith(suffix) and m.name.rsplit("/", 1)[-1].startswith("perf")}
+                if m.isfile() and m.name.startswith(folder + "/") and m.name.endswith(suffix)
+                and m.name.rsplit("/", 1)[-1].startswith("perf")}
 
 
 def against(archive: str) -> None:
