@@ -70,6 +70,8 @@ from mha_ci.model.types import Toolchain
 MARKER = "mha-ci-env.json"     # written last; its presence means "complete"
 BUILDING = ".building-"        # infix of the temporary folder a build works in
 PIP_TAIL_LINES = 15
+# How often a long build step says it is still running (seconds).
+HEARTBEAT_S = 20.0
 
 # What the base interpreter says about itself: what `python -m venv` writes into an environment.
 _BASE_PROBE = ("import json, os, sys; exe = sys._base_executable; print(json.dumps({"
@@ -311,13 +313,31 @@ class VenvExecutor(Executor):
         running mha-ci (never one from the cache); pip checks each against the lock's hashes."""
         cmd = [sys.executable, "-m", "pip", "--python", python, "download", "--no-input", "--no-deps",
                "--require-hashes", "--progress-bar", "off", "-r", str(lock), "-d", str(dest)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL)
+        out, err = self._waited(proc, f"downloading the wheels of {lock.name}")
         if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-PIP_TAIL_LINES:])
+            tail = "\n".join((out + err).strip().splitlines()[-PIP_TAIL_LINES:])
             raise EnvironmentProblem(f"`pip download -r {lock}` for {python} failed (exit {proc.returncode}):\n{tail}")
         return sorted(dest.iterdir())
 
     # ----------------------------------------------------------------- building
+    def _waited(self, proc: subprocess.Popen, what: str, every_s: float = HEARTBEAT_S):
+        """Wait for `proc`, saying every `every_s` seconds that `what` is still running: a first
+        build downloads and unpacks gigabytes (torch), minutes with nothing else on the screen."""
+        started = time.monotonic()
+        try:
+            while True:
+                try:
+                    return proc.communicate(timeout=every_s)
+                except subprocess.TimeoutExpired:
+                    self.stream.write(f"  {what}: still running, {time.monotonic() - started:.0f} s so far\n")
+                    self.stream.flush()
+        except BaseException:          # Ctrl-C or a signal: the step must not outlive the build
+            proc.kill()
+            proc.wait()
+            raise
+
     def _build(self, toolchain: Toolchain, target: Path) -> None:
         shown_lock = _relative(toolchain.lock, self.root)
         self.stream.write(f"creating venv for {toolchain.name} from {shown_lock} ...\n")
@@ -339,6 +359,10 @@ class VenvExecutor(Executor):
                     raise EnvironmentProblem(f"creating the venv for toolchain {toolchain.name} failed at the "
                                              f"download of its wheels; full log: {log_path}\n{exc}") from None
                 log.write("downloaded: " + " ".join(w.name for w in wheels) + "\n")
+                size = sum(w.stat().st_size for w in wheels)
+                self.stream.write(f"  {len(wheels)} wheels ({size / 1e6:.0f} MB) downloaded and checked against the "
+                                  f"lock's hashes in {time.monotonic() - started:.0f} s; installing ...\n")
+                self.stream.flush()
                 self._store_manifest(toolchain, self._derive(toolchain, wheels))
                 self._step([sys.executable, "-m", "pip", "--python", python, "install", "--no-input", "--no-deps",
                             "--require-hashes", "--no-index", "--no-compile", "--find-links", wheelhouse,
@@ -358,7 +382,8 @@ class VenvExecutor(Executor):
     def _step(self, cmd: list[str], log: TextIO, log_path: Path, toolchain: Toolchain) -> None:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self._waited(proc, f"`{' '.join(Path(c).name if i == 0 else c for i, c in enumerate(cmd[:4]))} ...`")
         if proc.returncode != 0:
             log.flush()
             tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-PIP_TAIL_LINES:])

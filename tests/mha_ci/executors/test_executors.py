@@ -267,3 +267,35 @@ def test_a_pulled_image_whose_digest_differs_is_not_used(image_setup, monkeypatc
     client.images.registry[spec.reference()] = _Image(client, "sha256:from-a-pull-request", {})
     with pytest.raises(EnvironmentProblem, match="content digest"):
         ensure_image(client, spec, build=False, log=lambda line: None)
+
+
+def test_a_long_build_step_says_it_is_still_running_and_returns_its_output(tmp_path):
+    import subprocess
+    import sys
+
+    stream = io.StringIO()
+    executor = VenvExecutor(tmp_path, cache=tmp_path / "cache", stream=stream)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.7); print('done')"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, _ = executor._waited(proc, "downloading the wheels of x.lock", every_s=0.2)
+    assert out.strip() == "done" and proc.returncode == 0
+    lines = [line for line in stream.getvalue().splitlines() if "still running" in line]
+    assert len(lines) >= 2 and lines[0].startswith("  downloading the wheels of x.lock: still running, ")
+
+
+def test_an_interrupted_build_step_does_not_outlive_the_build(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    executor = VenvExecutor(tmp_path, cache=tmp_path / "cache", stream=io.StringIO())
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    calls = []
+
+    def interrupted(timeout=None):
+        calls.append(timeout)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(proc, "communicate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        executor._waited(proc, "installing", every_s=0.1)
+    assert proc.poll() is not None and calls == [0.1]
