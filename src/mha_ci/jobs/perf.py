@@ -48,12 +48,7 @@ def run_job(job: Job, ctx: JobContext) -> JobResult:
     result = JobResult(job_id=job.id, kind=job.kind, verdict="fail", exit_code=ExitCode.GATE_FAILED,
                        artifacts=[f"{rel}/perf.json"], timings={"measure": round(measured, 3)},
                        details={"subset": subset, "shapes": count, "repeat": repeat})
-    judged_by = ""
-    if source:
-        changed = changes(ctx.pipeline, source, job.arch, job.toolchain)
-        result.details["gate_from"] = {"root": str(source.root), "changed": changed}
-        if changed:
-            judged_by = f"; this pull request changes {', '.join(changed)}: judged by the base's ({source.root})"
+    judged_by = _judged_by(job, ctx, result)
     relative = perf_baseline(job.arch, job.toolchain)
     base_file = (source.root if source else Path(pipeline.root)) / relative
     if not base_file.is_file():
@@ -115,7 +110,7 @@ def _against(job: Job, ctx: JobContext, pipeline, rel: str, count: int, started:
     try:
         base_commit = resolve_base(root, str(ctx.options.perf_against), job_dir / "base-checkout")
         base_executor = make_executor(ctx.executor.name, job_dir / "base-checkout", cache=cache_root(root),
-                                      pin_mode=getattr(ctx.executor, "pin_mode", "enforce"))
+                                      pin_mode=ctx.executor.pin_mode)
         docs = measure_against((base_executor, ctx.executor), (base_commit, git_commit(root)), pipeline,
                                job.toolchain, job.arch, out_dir, rel)
     except (EnvironmentProblem, MhaCiError) as exc:
@@ -128,15 +123,17 @@ def _against(job: Job, ctx: JobContext, pipeline, rel: str, count: int, started:
     note = _base_against_stored(job, ctx, pipeline, docs["base"])
     result.details["base_vs_stored"] = note
     return _judged(result, comparison, docs["head"], job, ctx, rel,
-                   f"; against base {base_commit[:12]} on this GPU; {note['line']}" + _judged_by(job, ctx))
+                   f"; against base {base_commit[:12]} on this GPU; {note['line']}" + _judged_by(job, ctx, result))
 
 
-def _judged_by(job: Job, ctx: JobContext) -> str:
-    """What a --gate-from run's checkout changes in the settings it is judged by, for the verdict."""
+def _judged_by(job: Job, ctx: JobContext, result: JobResult) -> str:
+    """What a --gate-from run's checkout changes in the settings it is judged by: recorded in the
+    result's details, and the text the verdict ends with."""
     source = ctx.options.gate_from
     if not source:
         return ""
     changed = changes(ctx.pipeline, source, job.arch, job.toolchain)
+    result.details["gate_from"] = {"root": str(source.root), "changed": changed}
     return f"; this pull request changes {', '.join(changed)}: judged by the base's ({source.root})" if changed else ""
 
 

@@ -178,11 +178,6 @@ def _reference(torch, shape: dict, red: dict, facts: dict, compute_dtype) -> dic
     return ref
 
 
-def _floor(torch, dtype) -> float:
-    from mha.reference import TOLERANCE_FLOORS  # toolchain only
-    return TOLERANCE_FLOORS[dtype]
-
-
 def error_of(torch, got, exact, lowp, floor: float) -> dict:
     """The error record of one output: max_abs, rms_rel, tol_abs, lowp_max_abs, nonfinite_mismatch."""
     got, lowp = got.to(torch.float64), lowp.to(torch.float64)
@@ -207,7 +202,9 @@ def reference_errors(torch, shape: dict, inputs: dict, outputs: dict, facts: dic
     red = _reduced(shape, inputs, outputs, facts)
     exact = _reference(torch, shape, red, facts, torch.float64)
     lowp = _reference(torch, shape, red, facts, red["q"].dtype)
-    floor = _floor(torch, red["q"].dtype)
+    from mha.reference import TOLERANCE_FLOORS  # toolchain only
+
+    floor = TOLERANCE_FLOORS[red["q"].dtype]
     group = shape["hq"] // shape["hk"]
     errors = {name: error_of(torch, red["got"][name], exact[name], lowp[name], floor) for name in exact}
     where = "the first sequence" if shape["layout"] == "varlen" else "batch 0"

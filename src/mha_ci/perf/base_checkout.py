@@ -22,6 +22,7 @@ from mha_ci.errors import ConfigError, EnvironmentProblem
 
 KERNEL_PACKAGE = "src/mha"
 HARNESS_PACKAGE = "src/mha_ci"
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -59,12 +60,21 @@ def materialise_folder(repo: Path, folder: Path, dest: Path) -> str:
         raise ConfigError(f"{folder} is the checkout itself: a base must be another tree", key="--perf-against")
     done = _git(folder, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
     commit = done.stdout.decode().strip() if done.returncode == 0 else str(folder)
+    _fresh(dest)
+    shutil.copytree(kernel, dest / KERNEL_PACKAGE, ignore=IGNORED)
+    return _with_harness(repo, dest, commit)
+
+
+def _fresh(dest: Path) -> None:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    shutil.copytree(kernel, dest / KERNEL_PACKAGE, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copytree(repo / HARNESS_PACKAGE, dest / HARNESS_PACKAGE,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+def _with_harness(repo: Path, dest: Path, commit: str) -> str:
+    """Finish a base side whose kernel package is in `dest`: the working tree's harness, and the
+    commit it stands for."""
+    shutil.copytree(repo / HARNESS_PACKAGE, dest / HARNESS_PACKAGE, ignore=IGNORED)
     (dest / "BASE_COMMIT").write_text(f"{commit}\n")
     return commit
 
@@ -77,12 +87,7 @@ def materialise(repo: Path, ref: str, dest: Path) -> str:
     if archive.returncode != 0:
         raise ConfigError(f"'{ref}' ({sha[:12]}) has no {KERNEL_PACKAGE} to measure: "
                           f"{archive.stderr.decode().strip()}", key="--against")
-    if dest.exists():
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
+    _fresh(dest)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(dest, filter="data")
-    shutil.copytree(repo / HARNESS_PACKAGE, dest / HARNESS_PACKAGE,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    (dest / "BASE_COMMIT").write_text(f"{sha}\n")
-    return sha
+    return _with_harness(repo, dest, sha)

@@ -83,20 +83,6 @@ def classify(base: dict | None, head: dict | None, same_code: bool | None, *, fa
     may be None: not measured). `base_commit` is the base document's commit: the head's `versus`
     is used only when it was taken against that commit. The verdict carries each side's rms_rel
     of its worst output."""
-    verdict = _classify(base, head, same_code, factor=factor, floor=floor, base_commit=base_commit)
-    name = verdict.worst_output
-    if name is None:
-        return verdict
-    errors = []
-    for record, side in ((base, "base"), (head, "head")):
-        found, _ = _numerics(record, side)
-        errs, _ = _errors(found, side) if found is not None else (None, "")
-        errors.append(errs[name]["rms_rel"] if errs and name in errs else None)
-    return replace(verdict, base_error=errors[0], head_error=errors[1])
-
-
-def _classify(base: dict | None, head: dict | None, same_code: bool | None, *, factor: float, floor: float,
-              base_commit: str | None = None) -> NumericsVerdict:
     head_n, why = _numerics(head, "head")
     if head_n is None:
         return NumericsVerdict(UNMEASURED, reason=why)
@@ -105,6 +91,18 @@ def _classify(base: dict | None, head: dict | None, same_code: bool | None, *, f
         return NumericsVerdict(UNMEASURED, reason=why)
     base_n, base_why = _numerics(base, "base")
     base_err, errors_why = _errors(base_n, "base") if base_n is not None else (None, base_why)
+    verdict = _classify(base_n, head_n, base_err, head_err, same_code, factor=factor, floor=floor,
+                        base_commit=base_commit, base_why=base_why, errors_why=errors_why)
+    name = verdict.worst_output
+    if name is None:
+        return verdict
+    return replace(verdict, base_error=base_err[name]["rms_rel"] if base_err and name in base_err else None,
+                   head_error=head_err[name]["rms_rel"] if name in head_err else None)
+
+
+def _classify(base_n: dict | None, head_n: dict, base_err: dict | None, head_err: dict, same_code: bool | None, *,
+              factor: float, floor: float, base_commit: str | None, base_why: str, errors_why: str) -> NumericsVerdict:
+    """classify's rules on the records' numerics and errors, read once by classify."""
     identity, max_ulp, identity_why = (_identity(base_n, head_n, base_commit) if base_n is not None
                                        else (None, None, base_why))
     beyond = _beyond_tolerance(head_err)

@@ -45,7 +45,7 @@ import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NoReturn
 
 from mha_ci.baselines import accuracy_baseline, code_objects, perf_baseline, test_durations
 from mha_ci.checksums.records import SCHEMA as CODEOBJ_SCHEMA
@@ -295,13 +295,19 @@ def _measure_and_check(pipeline: Pipeline, arch_spec: Arch, names: list[str], me
         mismatch += doc_mismatch
         measured[name] = (old, doc)
     if bad or mismatch:
-        refused = RefreshRefused(mismatch + bad, ExitCode.ENVIRONMENT_ERROR if mismatch else ExitCode.GATE_FAILED)
-        _publish(out_dir, {"refresh.json": json.dumps({"schema": "mha-ci.refresh/1", "status": "refused",
-                                                         "arch": arch_spec.name, "branch": None,
-                                                         "exit_code": int(refused.exit_code),
-                                                         "reasons": refused.reasons}, indent=2) + "\n"})
-        raise refused
+        _refuse(out_dir, arch_spec.name, mismatch + bad,
+                ExitCode.ENVIRONMENT_ERROR if mismatch else ExitCode.GATE_FAILED)
     return measured
+
+
+def _refuse(out_dir: Path, arch: str, reasons: list[str], exit_code: ExitCode) -> NoReturn:
+    """Record the refusal in out_dir/refresh.json, then raise it."""
+    refused = RefreshRefused(reasons, exit_code)
+    _publish(out_dir, {"refresh.json": json.dumps({"schema": "mha-ci.refresh/1", "status": "refused",
+                                                     "arch": arch, "branch": None,
+                                                     "exit_code": int(refused.exit_code),
+                                                     "reasons": refused.reasons}, indent=2) + "\n"})
+    raise refused
 
 
 def _baseline_files(root: Path, arch: str, measured: dict[str, tuple[dict | None, dict]], policy: RefreshPolicy,
@@ -344,12 +350,7 @@ def _accuracy_files(pipeline: Pipeline, arch: str, measured: dict[str, tuple[dic
             continue
         files[accuracy_baseline(arch, name)] = _encode(accuracy.accuracy_document(doc, keys))
     if bad:
-        refused = RefreshRefused(bad, ExitCode.GATE_FAILED)
-        _publish(out_dir, {"refresh.json": json.dumps({"schema": "mha-ci.refresh/1", "status": "refused",
-                                                         "arch": arch, "branch": None,
-                                                         "exit_code": int(refused.exit_code),
-                                                         "reasons": refused.reasons}, indent=2) + "\n"})
-        raise refused
+        _refuse(out_dir, arch, bad, ExitCode.GATE_FAILED)
     return files
 
 

@@ -10,63 +10,18 @@ import pytest
 from mha_ci.baselines import perf_baseline
 from mha_ci.commands.options import run_options
 from mha_ci.errors import ConfigError
-from mha_ci.executors.base import Executor, PayloadResult
 from mha_ci.jobs import perf as perf_kind
 from mha_ci.jobs.context import JobContext, RunOptions
 from mha_ci.model.loader import load_pipeline
 from mha_ci.model.types import Job
-from mha_ci.perf import lockstep, measure
+from mha_ci.perf import measure
 
-from perf_builders import doc, entry, numerics  # noqa: E402
+from ab_sides import AbSides  # noqa: E402
+from perf_builders import doc, entry  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 JOB = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
 PR = RunOptions(perf_subset="pr")
-
-
-class Sides(Executor):
-    """Both sides of the A/B: plays the turns, answers with `us(key, side)` and numerics, and the
-    numerics payload with `versus` for every shape."""
-
-    name = "fake"
-
-    def __init__(self, us=lambda key, side: 100.0, fail_side=None):
-        self.us, self.fail_side, self.roots = us, fail_side, []
-
-    def run(self, payload):
-        args = payload.args
-        value = lambda flag: args[args.index(flag) + 1]  # noqa: E731
-        if payload.module == "numerics":
-            keys = [p.stem for p in (payload.out_dir / value("--head")).glob("*.pt")]
-            (payload.out_dir / value("--out")).write_text(json.dumps(
-                {k: {"out": {"identical": True, "max_ulp": 0, "differing": 0, "numel": 4}} for k in keys}))
-            return PayloadResult(exit_code=0)
-        side = "base" if value("--out").endswith("perf-base.json") else "head"
-        shapes = json.loads((payload.out_dir / value("--shapes")).read_text())["shapes"]
-        folder, role = lockstep.parse_spec(value("--lockstep"))
-        turns = lockstep.Lockstep(payload.out_dir / folder, role, len(shapes))
-        saved = payload.out_dir / value("--save-outputs")
-        saved.mkdir(parents=True, exist_ok=True)
-        try:
-            if side == self.fail_side:
-                return PayloadResult(exit_code=1, error="the base's kernel did not build")
-            for i in range(len(shapes) + 1):
-                turns.wait(i)
-                if i:
-                    (saved / f"{shapes[i - 1]['key']}.pt").write_bytes(b"t")
-                turns.done(i)
-        finally:
-            turns.leave()
-        results = []
-        for s in shapes:
-            e = entry(s["key"], self.us(s["key"], side))
-            e["numerics"] = numerics(seed=3)
-            results.append(e)
-        out = payload.out_dir / value("--out")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc(results, subset="pr", arch="sm90", toolchain="triton-3.4",
-                                      versions={"torch": "2.13.0", "triton": "3.4.0"})))
-        return PayloadResult(exit_code=0)
 
 
 @pytest.fixture
@@ -91,7 +46,7 @@ def _run(checkout, tmp_path, fake, monkeypatch, name, against=None):
 def test_the_ab_judges_head_against_base_and_notes_the_stored_baseline(checkout, tmp_path, monkeypatch):
     root, _ = checkout
     keys = [w.key for w in measure.selected_workloads(load_pipeline(root), "pr")]
-    result = _run(checkout, tmp_path, Sides(), monkeypatch, "o1")
+    result = _run(checkout, tmp_path, AbSides(), monkeypatch, "o1")
     assert result.verdict == "pass", result.message
     assert result.details["summary"]["ok"] == len(keys) and result.details["against"]
     assert "no stored baseline" in result.details["base_vs_stored"]["line"]
@@ -99,11 +54,11 @@ def test_the_ab_judges_head_against_base_and_notes_the_stored_baseline(checkout,
     stored = root / perf_baseline("sm90", "triton-3.4")
     stored.parent.mkdir(parents=True, exist_ok=True)
     stored.write_text(json.dumps(doc([entry(k, 150.0) for k in keys], versions={"torch": "2.13.0", "triton": "3.4.0"})))
-    result = _run(checkout, tmp_path, Sides(), monkeypatch, "o2")
+    result = _run(checkout, tmp_path, AbSides(), monkeypatch, "o2")
     assert result.verdict == "pass"
     assert f"{len(keys)} faster of {len(keys)}" in result.details["base_vs_stored"]["line"]
     # the head 5 % slower on one shape than the base beside it: red, on exactly that shape
-    slow = Sides(us=lambda key, side: 105.0 if side == "head" and key == keys[0] else 100.0)
+    slow = AbSides(us=lambda key, side: 105.0 if side == "head" and key == keys[0] else 100.0)
     result = _run(checkout, tmp_path, slow, monkeypatch, "o3")
     assert result.verdict == "fail" and result.details["regressions"] == [keys[0]]
     head = json.loads((tmp_path / "o3" / "jobs" / JOB.id / "perf-head.json").read_text())
@@ -112,14 +67,14 @@ def test_the_ab_judges_head_against_base_and_notes_the_stored_baseline(checkout,
 
 @pytest.mark.slow
 def test_a_base_that_cannot_be_measured_is_red_and_says_why(checkout, tmp_path, monkeypatch):
-    result = _run(checkout, tmp_path, Sides(fail_side="base"), monkeypatch, "o1")
+    result = _run(checkout, tmp_path, AbSides(fail_side="base"), monkeypatch, "o1")
     assert result.verdict == "fail" and result.exit_code == 3
     assert "could not be measured" in result.message and "did not build" in result.message
     empty = tmp_path / "not-a-checkout"
     empty.mkdir()
-    result = _run(checkout, tmp_path, Sides(), monkeypatch, "o2", against=empty)
+    result = _run(checkout, tmp_path, AbSides(), monkeypatch, "o2", against=empty)
     assert result.verdict == "fail" and "holds no src/mha" in result.message
-    result = _run(checkout, tmp_path, Sides(), monkeypatch, "o3", against="no-such-ref")
+    result = _run(checkout, tmp_path, AbSides(), monkeypatch, "o3", against="no-such-ref")
     assert result.verdict == "fail" and "could not be measured" in result.message
 
 
