@@ -22,7 +22,7 @@ from mha_ci.plan.local_changes import local_changes
 
 EXECUTORS = ("venv", "docker", "host")
 # Variables CI sets for `mha-ci run`; the command line reads them here and nowhere else.
-PERF_SUBSET_ENV = "MHA_CI_PERF_SUBSET"      # the perf job's shapes: pr | full (default full)
+PERF_SUBSET_ENV = "MHA_CI_PERF_SUBSET"      # the perf job's shapes: pr | full (default: perf_subset)
 PERF_REPEAT_ENV = "MHA_CI_PERF_REPEAT"      # payload processes per perf measurement (default 1)
 JOB_TIMEOUT_ENV = "MHA_CI_JOB_TIMEOUT"      # seconds per correctness payload step (default 3600)
 
@@ -87,10 +87,19 @@ def local_devices(environ: Mapping[str, str] = os.environ) -> frozenset[str]:
     return available_devices(environ.get(ASSUME_ENV))
 
 
-def run_options(args, environ: Mapping[str, str] = os.environ) -> RunOptions:
+def perf_subset(event_kind: str | None, against: object, environ: Mapping[str, str] = os.environ) -> str:
+    """The perf job's shapes: the pull-request subset for a pull request's run (its event, or a
+    same-GPU A/B against its base), the full set for every other event; MHA_CI_PERF_SUBSET wins."""
+    if PERF_SUBSET_ENV in environ:
+        return environ[PERF_SUBSET_ENV]
+    return "pr" if event_kind == "pull_request" or against is not None else "full"
+
+
+def run_options(args, environ: Mapping[str, str] = os.environ, event_kind: str | None = None) -> RunOptions:
     """`mha-ci run`'s options: --select, --pins and --gate-from (read here, before any job runs), and
-    the variables CI sets (a bad value is a usage error naming the variable)."""
-    subset = environ.get(PERF_SUBSET_ENV, "full")
+    the variables CI sets (a bad value is a usage error naming the variable). `event_kind` is the
+    run's event (plan.events), which decides the perf subset (perf_subset)."""
+    subset = perf_subset(event_kind, getattr(args, "perf_against", None), environ)
     if subset not in SUBSETS:
         raise ConfigError(f"{PERF_SUBSET_ENV}={subset!r}: unknown subset; known: {', '.join(SUBSETS)}",
                           key=PERF_SUBSET_ENV)

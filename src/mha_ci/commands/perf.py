@@ -121,12 +121,16 @@ def register(sub):
     p.set_defaults(handler=cmd_compare)
 
     p = cmds.add_parser("calibrate", help="A/A (and a planted run): noise, smallest slowdown caught, false-regression and catch rates held to perf.yaml's calibration bars")
-    p.add_argument("a", type=Path, help="a mha-ci.perf/1 run of one build")
-    p.add_argument("b", type=Path, help="another run of the same build (an A/A pair with A)")
+    p.add_argument("runs", type=Path, nargs="+", metavar="A B",
+                   help="A/A pairs of mha-ci.perf/1 runs of one build: A B [A2 B2 ...], judged as one sample "
+                        "(for --against runs: perf-base.json perf-head.json of each)")
     p.add_argument("--planted", type=Path, help="a third run of the same build with MHA_PERF_PLANT_SLOWDOWN")
     p.add_argument("--planted-base", type=Path,
                    help="what the planted run is judged against (default: A): the base side of the same "
                         "interleaved run, for calibrating --against or --interleave")
+    p.add_argument("--scaled-plant", type=float, metavar="PCT",
+                   help="also judge every pair's B with each time multiplied by 1 + PCT/100 against its A: a "
+                        "slowdown that realises exactly PCT under the pairs' real noise (held to the catch bar)")
     p.add_argument("--min-us", type=float, default=0.0, help="judge only shapes of at least this many us in A")
     p.add_argument("--floor-pct", type=float, default=None,
                    help="the gate's floor to calibrate (default: perf.yaml's; --against-floor: its --against floor)")
@@ -332,9 +336,15 @@ def cmd_calibrate(args) -> int:
         if not args.floor_pct > 0:
             raise ConfigError("--floor-pct must be above 0", key="--floor-pct")
         policy = replace(policy, floor_pct=args.floor_pct)
-    result = calibrate.calibrate(load_perf(args.a), load_perf(args.b), policy, planted=planted,
-                                 bars=calibration_bars(spec), min_us=args.min_us,
-                                 planted_base=load_perf(args.planted_base) if args.planted_base else None)
+    if len(args.runs) % 2:
+        raise ConfigError(f"A/A runs come in pairs (A B [A2 B2 ...]); {len(args.runs)} given", key="runs")
+    if args.scaled_plant is not None and not 0 < args.scaled_plant <= 100:
+        raise ConfigError("--scaled-plant must be above 0 and at most 100 (%)", key="--scaled-plant")
+    docs = [load_perf(path) for path in args.runs]
+    result = calibrate.calibrate_pairs(list(zip(docs[::2], docs[1::2])), policy, planted=planted,
+                                       bars=calibration_bars(spec), min_us=args.min_us,
+                                       planted_base=load_perf(args.planted_base) if args.planted_base else None,
+                                       scaled_pct=args.scaled_plant)
     text = calibrate.markdown(result)
     print(json.dumps(result, indent=1) if args.format == "json" else text, end="" if args.format == "md" else "\n")
     if args.out:

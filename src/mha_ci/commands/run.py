@@ -70,7 +70,9 @@ def register(sub) -> None:
     p.add_argument("--labels", help="comma-separated pull-request labels")
     add_changed_options(p)
     p.add_argument("--github-event", type=Path, help="GitHub event payload JSON ($GITHUB_EVENT_PATH)")
-    p.add_argument("--event", help="event kind: pull_request | push | schedule | manual")
+    p.add_argument("--event", help="event kind: pull_request (default) | push | schedule | manual; perf jobs measure "
+                                   "the pull-request subset for pull_request (or with --perf-against), else every "
+                                   "shape ($MHA_CI_PERF_SUBSET=pr|full overrides)")
     p.set_defaults(handler=handle)
 
 
@@ -78,9 +80,9 @@ def handle(args) -> int:
     check_pins_option(args)
     # Refused before any work: a FIFO there would hang the first write of the reports.
     refuse_special_outputs((args.out if args.out is not None else args.root / "out"), REPORT_FILES)
-    options = run_options(args)
-    pipeline = load_pipeline(args.root)
     event, note = event_from_args(args)
+    options = run_options(args, event_kind=event.kind)
+    pipeline = load_pipeline(args.root)
     if note:
         print(f"mha-ci: {note}", file=sys.stderr)
     for warning in label_warnings(pipeline.triggers, event.labels):

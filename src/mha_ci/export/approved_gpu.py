@@ -196,7 +196,7 @@ def pr_gpu_workflow() -> dict:
         "concurrency": {"group": group, "cancel-in-progress": True},
         "jobs": {
             "plan": _plan_job(),
-            "gpu": gpu_job(before_checkout=(approval_check_step(),), checkout_ref=expr(APPROVED_SHA),
+            "gpu": gpu_job("pull_request", before_checkout=(approval_check_step(),), checkout_ref=expr(APPROVED_SHA),
                            permissions={"pull-requests": READS_APPROVAL}, gate_from_base=True,
                            base_ref=expr("needs.plan.outputs.merge_base")),
             "gate": _gate_job(),

@@ -211,7 +211,7 @@ def main_workflow(pipeline: Pipeline) -> dict:
             "cpu": cpu_job(),
             # A dispatch on another branch runs that branch's copy of this file: no GPU for it
             # (the gate then names the GPU jobs as missing).
-            "gpu": gpu_job(ON_DEFAULT_BRANCH),
+            "gpu": gpu_job("push", ON_DEFAULT_BRANCH),
             "gate": gate_job(["plan", "cpu", "gpu"]),
         },
     }
@@ -330,7 +330,7 @@ def nightly_workflow(pipeline: Pipeline) -> dict:
         plan_cmd = f"mha-ci plan --event manual --labels {shlex.quote(label)} --format json > plan.json"
         jobs["plan"] = plan_job(_plan_steps(plan_cmd, {}, None, group=None), ("cpu", "cpu_count", "gpu", "gpu_count"),
                                 ON_DEFAULT_BRANCH)
-        jobs["gpu"] = gpu_job(ON_DEFAULT_BRANCH)
+        jobs["gpu"] = gpu_job("manual", ON_DEFAULT_BRANCH)
         jobs["gate"] = gate_job(["plan", "gpu"])
     return {
         "name": "nightly baseline refresh",

@@ -141,11 +141,12 @@ RESULTS = (f"rm -rf {RESULTS_DIR}\n"
            f"if [ -f exit-code ]; then cp exit-code {RESULTS_DIR}/exit-code; fi\n")
 
 
-def _gpu_run_script(gate_from_base: bool) -> str:
+def _gpu_run_script(gate_from_base: bool, event: str) -> str:
     base = f' --volume "$PWD/{BASE_DIR}:/base:ro"' if gate_from_base else ""
-    # The base checkout both judges (its gate settings and baselines) and is measured beside the
-    # pull request's kernel on this GPU (the perf job's same-GPU A/B).
-    options = " --gate-from /base --perf-against /base" if gate_from_base else ""
+    # The event decides the perf job's shapes (a pull request's subset, or the full set). The base
+    # checkout both judges (its gate settings and baselines) and is measured beside the pull
+    # request's kernel on this GPU (the perf job's same-GPU A/B).
+    options = f" --event {event}" + (" --gate-from /base --perf-against /base" if gate_from_base else "")
     # A runner that kept a job's files would upload them, or its exit code, as this job's.
     return ("set +e\n"
             "rm -f exit-code\n"
@@ -162,14 +163,14 @@ def _gpu_run_script(gate_from_base: bool) -> str:
             'exit "$code"\n')
 
 
-def gpu_run_steps(gate_from_base: bool) -> list[dict]:
+def gpu_run_steps(gate_from_base: bool, event: str) -> list[dict]:
     """Run one planned job in its toolchain image, then upload what it left for the gate."""
     job_id = {"JOB_ID": expr("matrix.id")}
     return [
         {"name": "Run",
          "env": {**job_id, "IMAGE": expr("matrix.image"), "CONTAINER_OPTIONS": Noted(expr("matrix.container_options"), SECCOMP_NOTE),
                  "IN_IMAGE": IN_IMAGE},
-         "run": _gpu_run_script(gate_from_base)},
+         "run": _gpu_run_script(gate_from_base, event)},
         {"name": "Stop the run's container", "if": "always()", "env": job_id,
          "run": CONTAINER_NAME + 'docker rm --force "$container" > /dev/null 2>&1 || true\n'},
         {"name": "Results for the gate", "if": "always()", "run": RESULTS},
@@ -201,10 +202,12 @@ def cpu_job() -> dict:
     }
 
 
-def gpu_job(condition: str | None = None, before_checkout: tuple[dict, ...] = (), checkout_ref: str | None = None,
-            permissions: dict | None = None, gate_from_base: bool = False, base_ref: str | None = None) -> dict:
+def gpu_job(event: str, condition: str | None = None, before_checkout: tuple[dict, ...] = (),
+            checkout_ref: str | None = None, permissions: dict | None = None, gate_from_base: bool = False,
+            base_ref: str | None = None) -> dict:
     """The gpu matrix: self-hosted runners, the job's command in its toolchain image (host executor
-    there); read-only token (`packages: read` pulls the image, `permissions` adds to it).
+    there); read-only token (`packages: read` pulls the image, `permissions` adds to it). `event`:
+    the run's event kind (`mha-ci run --event`), which picks the perf job's shapes.
     `gate_from_base`: the default checkout (a pull_request_target run's base branch) goes beside
     the commit under test (at `base_ref`, the merge base, when given), and perf jobs are judged by
     it and measured against its kernel (`mha-ci run --gate-from --perf-against`)."""
@@ -224,7 +227,7 @@ def gpu_job(condition: str | None = None, before_checkout: tuple[dict, ...] = ()
         # said, not guessed from the runner: the scripts use bash (arrays, here-strings)
         "defaults": {"run": {"shell": "bash"}},
         "steps": [pull_image_step(), *before_checkout, checkout(ref=checkout_ref, path=CODE_DIR), *base,
-                  *gpu_run_steps(gate_from_base)],
+                  *gpu_run_steps(gate_from_base, event)],
     }
 
 

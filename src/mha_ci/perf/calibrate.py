@@ -18,6 +18,16 @@ Rates are given over all shapes and per pass (fwd, bwd).
 The verdict holds both rates to the bars of pipelines/perf.yaml (`calibration`): at most 1 % of
 shapes falsely called regressions, at least 95 % of planted shapes caught. `mha-ci perf
 calibrate` exits 1 when a bar is missed, so a calibration run can gate like a comparison.
+
+Several A/A pairs (`calibrate_pairs`) are judged as one sample: a false-regression rate of at
+most 1 % needs hundreds of judgements, more than one run of a pull-request subset holds.
+
+The scaled plant (`scaled_pct`) is a slowdown that realises exactly what it says: each pair's B
+side with every time multiplied by 1 + pct/100 (its rep means too, so its noise and interval are
+B's), judged against A. It asks what the gate's statistics do with a kernel that is exactly that
+much slower, under the real noise and side-to-side offsets of the measured pairs. The payload's
+spin plant (`planted`) asks the other half: whether the harness sees a slowdown on the GPU at
+all; its realised delta is reported beside its catch rate.
 """
 from __future__ import annotations
 
@@ -84,18 +94,33 @@ def at_least(doc: dict, keys_of: dict, min_us: float) -> dict:
 
 
 def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None, bars: Bars = Bars(),
-              planted_base: dict | None = None, min_us: float = 0.0) -> dict:
-    a, b = at_least(a, a, min_us), at_least(b, a, min_us)
-    aa = compare(a, b, policy)
-    if aa.refused:
-        return {"refused": aa.refused}
-    valid = _judged(aa.shapes)
+              planted_base: dict | None = None, min_us: float = 0.0, scaled_pct: float | None = None) -> dict:
+    """One A/A pair: calibrate_pairs with a single pair."""
+    return calibrate_pairs([(a, b)], policy, planted=planted, bars=bars, planted_base=planted_base,
+                           min_us=min_us, scaled_pct=scaled_pct)
+
+
+def calibrate_pairs(pairs: list[tuple[dict, dict]], policy: GatePolicy, planted: dict | None = None,
+                    bars: Bars = Bars(), planted_base: dict | None = None, min_us: float = 0.0,
+                    scaled_pct: float | None = None) -> dict:
+    """Every pair's A/A judgements as one sample. The spin-planted run is judged against
+    `planted_base` (default: the first pair's A); the scaled plant against each pair's A."""
+    if not pairs:
+        return {"refused": "no A/A pair to judge"}
+    pairs = [(at_least(a, a, min_us), at_least(b, a, min_us)) for a, b in pairs]
+    valid: list[_Judged] = []
     shapes = []
-    for v in aa.shapes:
-        combined = math.hypot(v.noise_baseline_pct or 0, v.noise_candidate_pct or 0)
-        shapes.append({"key": v.key, "noise_a_pct": v.noise_baseline_pct, "noise_b_pct": v.noise_candidate_pct,
-                       "aa_delta_pct": v.delta_pct, "smallest_caught_pct": v.threshold_pct,
-                       "combined_noise_pct": round(combined, 3), "status": v.status, "reason": v.reason})
+    for n, (a, b) in enumerate(pairs, start=1):
+        aa = compare(a, b, policy)
+        if aa.refused:
+            return {"refused": aa.refused if len(pairs) == 1 else f"pair {n}: {aa.refused}"}
+        valid += _judged(aa.shapes)
+        for v in aa.shapes:
+            combined = math.hypot(v.noise_baseline_pct or 0, v.noise_candidate_pct or 0)
+            shapes.append({"pair": n, "key": v.key, "noise_a_pct": v.noise_baseline_pct,
+                           "noise_b_pct": v.noise_candidate_pct, "aa_delta_pct": v.delta_pct,
+                           "smallest_caught_pct": v.threshold_pct, "combined_noise_pct": round(combined, 3),
+                           "status": v.status, "reason": v.reason})
     deltas = [abs(v.delta_pct) for v in valid]
     ratios = [abs(v.delta_pct) / math.hypot(v.noise_a_pct, v.noise_b_pct)
               for v in valid if math.hypot(v.noise_a_pct, v.noise_b_pct) > 0]
@@ -106,13 +131,17 @@ def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None,
         "schema": "mha-ci.perf-calibrate/1",
         "gate": {"floor_pct": policy.floor_pct, "k": policy.k, "invalid_noise_pct": policy.invalid_noise_pct},
         "min_us": min_us,
-        "shapes_total": len(aa.shapes),
+        "pairs": len(pairs),
+        "shapes_total": len(shapes),
         "shapes_valid": len(valid),
         "false_regressions": false_reg,
         "false_regression_rate": len(false_reg) / len(valid) if valid else None,
+        # One-sided 95 % upper bound of the rate: how low a rate this many judgements can show.
+        "false_regression_rate_upper95": _upper95(len(false_reg), len(valid)),
         "false_improvements": false_imp,
         "false_improvement_rate": len(false_imp) / len(valid) if valid else None,
         "aa_abs_delta_pct": _summary(deltas),
+        "aa_delta_pct": _summary([v.delta_pct for v in valid]),
         "noise_pct": _summary([s for v in valid for s in (v.noise_a_pct, v.noise_b_pct)]),
         "smallest_caught_pct": _summary(thresholds),
         "zero_false_call_floor_pct": _ceil_half(max(deltas)) if deltas else None,
@@ -125,10 +154,50 @@ def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None,
         "shapes": shapes,
     }
     if planted is not None:
-        base = a if planted_base is None else at_least(planted_base, a, min_us)
-        result["planted"] = planted_catch(base, at_least(planted, a, min_us), policy)
+        base = pairs[0][0] if planted_base is None else at_least(planted_base, pairs[0][0], min_us)
+        result["planted"] = planted_catch([(base, at_least(planted, pairs[0][0], min_us))], policy)
+        result["planted"]["how"] = "spin"
+    if scaled_pct is not None:
+        result["scaled"] = planted_catch([(a, scaled(b, scaled_pct)) for a, b in pairs], policy)
+        result["scaled"]["how"] = "scaled"
     result["verdict"] = verdict(result, bars)
     return result
+
+
+def scaled(doc: dict, pct: float) -> dict:
+    """`doc` with every shape exactly `pct` % slower: each time multiplied by 1 + pct/100, and the
+    shape marked planted. Relative noise and stall ratios are unchanged by construction."""
+    if not pct > 0:
+        raise ValueError(f"a scaled plant must slow down: {pct} %")
+    factor = 1.0 + pct / 100.0
+    results = []
+    for e in doc["results"]:
+        st = e.get("stats")
+        if isinstance(st, dict):
+            st = {k: (round(v * factor, 3) if k.endswith("_us") and isinstance(v, (int, float)) else v)
+                  for k, v in st.items()}
+            if isinstance(st.get("rep_means_us"), list):
+                st["rep_means_us"] = [round(x * factor, 3) for x in st["rep_means_us"]]
+        results.append({**e, "stats": st, "planted_pct": pct})
+    return {**doc, "results": results}
+
+
+def _upper95(events: int, trials: int) -> float | None:
+    """Clopper-Pearson one-sided 95 % upper bound of a rate seen as events/trials (bisection on
+    the binomial tail; standard library only). 0 of 300 gives 0.99 %: the "rule of three"."""
+    if not trials:
+        return None
+    if events >= trials:
+        return 1.0
+
+    def tail(p: float) -> float:   # P(X <= events) for X ~ Binomial(trials, p)
+        return sum(math.comb(trials, i) * p ** i * (1 - p) ** (trials - i) for i in range(events + 1))
+
+    lo, hi = events / trials, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tail(mid) > 0.05 else (lo, mid)
+    return round(hi, 5)
 
 
 def verdict(result: dict, bars: Bars) -> dict:
@@ -139,46 +208,57 @@ def verdict(result: dict, bars: Bars) -> dict:
     checks.append({"bar": "false_regressions", "value_pct": None if rate is None else round(100 * rate, 2),
                    "limit_pct": bars.max_false_regression_pct, "at_most": True,
                    "met": rate is not None and 100 * rate <= bars.max_false_regression_pct})
-    planted = result.get("planted")
-    if planted is not None:
-        catch = planted.get("catch_rate")
-        checks.append({"bar": "planted_catch", "value_pct": None if catch is None else round(100 * catch, 2),
-                       "limit_pct": bars.min_planted_catch_pct, "at_most": False,
-                       "met": catch is not None and 100 * catch >= bars.min_planted_catch_pct})
+    for name in ("planted", "scaled"):
+        planted = result.get(name)
+        if planted is not None:
+            catch = planted.get("catch_rate")
+            checks.append({"bar": f"{name}_catch", "value_pct": None if catch is None else round(100 * catch, 2),
+                           "limit_pct": bars.min_planted_catch_pct, "at_most": False,
+                           "met": catch is not None and 100 * catch >= bars.min_planted_catch_pct})
     return {"checks": checks, "met": all(c["met"] for c in checks)}
 
 
-def planted_catch(a: dict, planted: dict, policy: GatePolicy) -> dict:
-    """How many of the planted shapes of `planted` the gate calls a regression against `a`."""
-    comparison = compare(a, planted, policy)
-    if comparison.refused:
-        return {"refused": comparison.refused}
-    pct_of = {e["key"]: e.get("planted_pct", 0.0) for e in planted["results"]}
-    valid = _judged(comparison.shapes)
-    hits = [v for v in valid if pct_of.get(v.key)]
-    clean = [v for v in valid if not pct_of.get(v.key)]
-    caught = [v.key for v in hits if v.status == "regression"]
-    nominal = sorted({pct_of[v.key] for v in hits})
+def planted_catch(pairs: list[tuple[dict, dict]], policy: GatePolicy) -> dict:
+    """How many planted shapes the gate calls a regression, each planted run judged against its
+    base: (base, planted) per pair, counted together."""
+    hits: list[tuple[int, _Judged]] = []
+    clean: list[_Judged] = []
+    nominal: set[float] = set()
+    for n, (base, planted) in enumerate(pairs, start=1):
+        comparison = compare(base, planted, policy)
+        if comparison.refused:
+            return {"refused": comparison.refused}
+        pct_of = {e["key"]: e.get("planted_pct", 0.0) for e in planted["results"]}
+        for v in _judged(comparison.shapes):
+            if pct_of.get(v.key):
+                hits.append((n, v))
+                nominal.add(pct_of[v.key])
+            else:
+                clean.append(v)
+    judged = [v for _, v in hits]
+    caught = [v for v in judged if v.status == "regression"]
     return {
-        "nominal_pct": nominal,
+        "nominal_pct": sorted(nominal),
         "by_pass": {pass_: {"planted_shapes": len(group), "caught": sum(v.status == "regression" for v in group)}
                     for pass_ in ("fwd", "bwd")
-                    for group in [[v for v in hits if pass_of_key(v.key) == pass_]] if group},
-        "planted_shapes": len(hits),
+                    for group in [[v for v in judged if pass_of_key(v.key) == pass_]] if group},
+        "planted_shapes": len(judged),
         "caught": len(caught),
-        "catch_rate": len(caught) / len(hits) if hits else None,
-        "missed": [{"key": v.key, "delta_pct": round(v.delta_pct, 2), "threshold_pct": round(v.threshold_pct, 2)}
-                   for v in hits if v.status != "regression"],
-        "realised_delta_pct": _summary([v.delta_pct for v in hits]),
+        "catch_rate": len(caught) / len(judged) if judged else None,
+        "missed": [{"pair": n, "key": v.key, "delta_pct": round(v.delta_pct, 2),
+                    "threshold_pct": round(v.threshold_pct, 2)}
+                   for n, v in hits if v.status != "regression"],
+        "realised_delta_pct": _summary([v.delta_pct for v in judged]),
         # The planted amount is nominal; what the gate must catch is the slowdown that happened.
         # Caught share per band of realised delta (the issue's bar is about 5-10 % slowdowns).
         "caught_by_realised_band": [
             {"band_pct": [lo, hi], "shapes": len(band), "caught": sum(v.status == "regression" for v in band)}
             for lo, hi in REALISED_BANDS
-            for band in [[v for v in hits if lo <= v.delta_pct < hi]]],
+            for band in [[v for v in judged if lo <= v.delta_pct < hi]]],
         "unplanted_false_regressions": [v.key for v in clean if v.status == "regression"],
-        "shapes": [{"key": v.key, "delta_pct": round(v.delta_pct, 3), "threshold_pct": round(v.threshold_pct, 3),
-                    "caught": v.status == "regression"} for v in hits],
+        "shapes": [{"pair": n, "key": v.key, "delta_pct": round(v.delta_pct, 3),
+                    "threshold_pct": round(v.threshold_pct, 3), "caught": v.status == "regression"}
+                   for n, v in hits],
     }
 
 
@@ -190,42 +270,61 @@ def _summary(values: list[float]) -> dict | None:
             "p90": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3), "max": round(ordered[-1], 3)}
 
 
+PLANT_TITLES = {"spin": "Planted slowdown (the payload's spin, on the GPU)",
+                "scaled": "Scaled plant (each B side's times x (1 + p/100): realises exactly p)"}
+
+
 def markdown(result: dict) -> str:
     if "refused" in result and len(result) == 1:
         return f"# Perf calibration\n\nREFUSED: {result['refused']}\n"
     g = result["gate"]
+    pairs = result.get("pairs", 1)
+    upper = result.get("false_regression_rate_upper95")
     lines = ["# Perf calibration (A/A)", "",
-             f"Gate under test: floor {g['floor_pct']} %, k {g['k']}, invalid above {g['invalid_noise_pct']} % noise.",
+             f"Gate under test: floor {g['floor_pct']} %, k {g['k']}, invalid above {g['invalid_noise_pct']} % noise"
+             + (f"; shapes of at least {result['min_us']:g} us." if result.get("min_us") else "."),
              _verdict_line(result.get("verdict")),
-             f"Valid shapes: {result['shapes_valid']} of {result['shapes_total']}.",
+             f"A/A pairs: {pairs}. Valid judgements: {result['shapes_valid']} of {result['shapes_total']}.",
              f"False regressions: {len(result['false_regressions'])} "
-             f"({_pct(result['false_regression_rate'])}); false improvements: {len(result['false_improvements'])} "
+             f"({_pct(result['false_regression_rate'])}"
+             + ("" if upper is None else f"; 95 % upper bound {100 * upper:.2f} %")
+             + f"); false improvements: {len(result['false_improvements'])} "
              f"({_pct(result['false_improvement_rate'])}).",
              f"|A/A delta| %: {_fmt_summary(result['aa_abs_delta_pct'])}.",
              f"Noise % (robust std of rep means): {_fmt_summary(result['noise_pct'])}.",
              f"Smallest slowdown caught %: {_fmt_summary(result['smallest_caught_pct'])}.",
              f"A floor of {result['zero_false_call_floor_pct']} % (or k = {result['zero_false_call_k']}) "
-             "would have made no false call on this pair.", ""]
+             f"would have made no false call on {'this pair' if pairs == 1 else 'these pairs'}.", ""]
     if result.get("false_regressions"):
         lines += ["False regressions:", ""] + [f"- `{k}`" for k in result["false_regressions"]] + [""]
-    planted = result.get("planted")
-    if planted:
+    for name in ("planted", "scaled"):
+        planted = result.get(name)
+        if not planted:
+            continue
+        title = PLANT_TITLES[planted.get("how", "spin")]
         if "refused" in planted:
-            lines += [f"Planted run REFUSED: {planted['refused']}", ""]
-        else:
-            lines += [f"Planted slowdown {planted['nominal_pct']} %: caught {planted['caught']} of "
-                      f"{planted['planted_shapes']} ({_pct(planted['catch_rate'])}); realised delta %: "
-                      f"{_fmt_summary(planted['realised_delta_pct'])}; false regressions on unplanted shapes: "
-                      f"{len(planted['unplanted_false_regressions'])}.", "",
-                      "| realised slowdown % | shapes | caught |", "|---|---|---|"]
-            lines += [f"| {_band(b['band_pct'])} | {b['shapes']} | {b['caught']} |"
-                      for b in planted.get("caught_by_realised_band", []) if b["shapes"]] + [""]
-            if planted["missed"]:
-                lines += ["Missed:", ""] + [f"- `{m['key']}`: {m['delta_pct']:+.2f} % <= {m['threshold_pct']:.2f} %"
-                                            for m in planted["missed"]] + [""]
-    lines += ["| shape | noise A % | noise B % | A/A delta % | smallest caught % | status |", "|---|---|---|---|---|---|"]
+            lines += [f"{title}: REFUSED: {planted['refused']}", ""]
+            continue
+        lines += [f"{title} {', '.join(f'{p:g}' for p in planted['nominal_pct'])} %: caught {planted['caught']} of "
+                  f"{planted['planted_shapes']} ({_pct(planted['catch_rate'])}); realised delta %: "
+                  f"{_fmt_summary(planted['realised_delta_pct'])}; false regressions on unplanted shapes: "
+                  f"{len(planted['unplanted_false_regressions'])}.", ""]
+        if planted.get("by_pass"):
+            lines += ["By pass: " + ", ".join(f"{k} {v['caught']} of {v['planted_shapes']}"
+                                              for k, v in planted["by_pass"].items()) + ".", ""]
+        lines += ["| realised slowdown % | shapes | caught |", "|---|---|---|"]
+        lines += [f"| {_band(b['band_pct'])} | {b['shapes']} | {b['caught']} |"
+                  for b in planted.get("caught_by_realised_band", []) if b["shapes"]] + [""]
+        if planted["missed"]:
+            lines += ["Missed:", ""] + [f"- `{m['key']}`{'' if pairs == 1 else ' (pair ' + str(m.get('pair')) + ')'}: "
+                                        f"{m['delta_pct']:+.2f} % <= {m['threshold_pct']:.2f} %"
+                                        for m in planted["missed"]] + [""]
+    pair_col = pairs > 1
+    lines += [("| pair " if pair_col else "") + "| shape | noise A % | noise B % | A/A delta % | smallest caught % | status |",
+              ("|---" if pair_col else "") + "|---|---|---|---|---|---|"]
     for s in result["shapes"]:
-        lines.append(f"| `{s['key']}` | {_num(s['noise_a_pct'])} | {_num(s['noise_b_pct'])} | "
+        lines.append((f"| {s.get('pair', 1)} " if pair_col else "")
+                     + f"| `{s['key']}` | {_num(s['noise_a_pct'])} | {_num(s['noise_b_pct'])} | "
                      f"{_num(s['aa_delta_pct'])} | {_num(s['smallest_caught_pct'])} | {s['status']} |")
     return "\n".join(lines) + "\n"
 
@@ -233,7 +332,8 @@ def markdown(result: dict) -> str:
 def _verdict_line(v: dict | None) -> str:
     if not v:
         return ""
-    names = {"false_regressions": "false regressions", "planted_catch": "planted shapes caught"}
+    names = {"false_regressions": "false regressions", "planted_catch": "planted shapes caught",
+             "scaled_catch": "scaled-plant shapes caught"}
     parts = [f"{names[c['bar']]} {'-' if c['value_pct'] is None else c['value_pct']} % "
              f"{'<=' if c['at_most'] else '>='} {c['limit_pct']:g} %: {'met' if c['met'] else 'MISSED'}"
              for c in v["checks"]]
@@ -263,8 +363,8 @@ def plot_png(result: dict) -> bytes:
     band is a false call. Bottom, with a planted run: the slowdown each planted shape really got,
     green where the gate caught it, red where it did not, against the same kind of band."""
     plt = pyplot()
-    planted = result.get("planted") if result.get("planted") and "refused" not in result["planted"] else None
-    rows = 2 if planted else 1
+    plants = [result[n] for n in ("planted", "scaled") if result.get(n) and "refused" not in result[n]]
+    rows = 1 + len(plants)
     fig, axes = plt.subplots(rows, 1, figsize=(12.0, 4.2 * rows), dpi=100, squeeze=False)
     aa = sorted((s for s in result["shapes"] if s["status"] != "invalid"), key=lambda s: s["smallest_caught_pct"])
     ax = axes[0][0]
@@ -275,13 +375,13 @@ def plot_png(result: dict) -> bytes:
     ax.step(xs, [-s["smallest_caught_pct"] for s in aa], where="mid", color="black", linestyle="--", linewidth=0.7)
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_xticks([])
-    ax.set_xlabel(f"shape ({len(aa)} valid), sorted by the smallest slowdown caught")
+    ax.set_xlabel(f"judgement ({len(aa)} valid, {result.get('pairs', 1)} pair(s)), sorted by the smallest slowdown caught")
     ax.set_ylabel("A/A delta %")
     ax.set_title(f"A/A: {len(result['false_regressions'])} false regressions, "
                  f"{len(result['false_improvements'])} false improvements; dashed: +/- threshold", fontsize=10)
-    if planted:
+    for row, planted in enumerate(plants, start=1):
         shapes = sorted(planted["shapes"], key=lambda s: s["delta_pct"])
-        ax = axes[1][0]
+        ax = axes[row][0]
         xs = range(len(shapes))
         ax.bar(xs, [s["delta_pct"] for s in shapes], width=0.85,
                color=[COLOURS["improvement"] if s["caught"] else COLOURS["regression"] for s in shapes])
@@ -292,7 +392,8 @@ def plot_png(result: dict) -> bytes:
         ax.set_xlabel(f"planted shape ({len(shapes)}), sorted by the slowdown realised")
         ax.set_ylabel("realised slowdown %")
         rate = planted["catch_rate"]
-        ax.set_title(f"planted {', '.join(f'{p:g}' for p in planted['nominal_pct'])} % (dotted): caught "
+        how = "scaled" if planted.get("how") == "scaled" else "spin"
+        ax.set_title(f"{how} plant {', '.join(f'{p:g}' for p in planted['nominal_pct'])} % (dotted): caught "
                      f"{planted['caught']} of {planted['planted_shapes']}"
                      f"{'' if rate is None else f' ({100 * rate:.1f} %)'}; green caught, red missed; "
                      "dashed: threshold", fontsize=10)

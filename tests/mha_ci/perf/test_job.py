@@ -193,3 +193,31 @@ def test_repeat_runs_separate_processes_and_combines_them(checkout, tmp_path, mo
     assert run_options(args, {"MHA_CI_PERF_SUBSET": "pr", "MHA_CI_PERF_REPEAT": "3"}) == replace(PR, perf_repeat=3)
     with pytest.raises(ConfigError, match="whole number"):
         run_options(args, {"MHA_CI_PERF_REPEAT": "three"})
+
+
+def test_the_perf_subset_follows_the_event():
+    """A pull request's run (its event, or an A/B against its base) measures the PR subset; a push,
+    schedule or manual run the full set; the variable CI may set wins. Seen wrong on the H200: a
+    pull request's GPU job measured all 309 shapes on both sides, past 9 minutes."""
+    from mha_ci.commands.options import perf_subset
+
+    plain = SimpleNamespace(select=None, pins="enforce")
+    assert run_options(plain, {}, event_kind="pull_request").perf_subset == "pr"
+    assert run_options(plain, {}, event_kind="push").perf_subset == "full"
+    assert run_options(plain, {}, event_kind="schedule").perf_subset == "full"
+    assert run_options(plain, {"MHA_CI_PERF_SUBSET": "full"}, event_kind="pull_request").perf_subset == "full"
+    assert perf_subset("manual", "main", {}) == "pr"
+    assert perf_subset("manual", None, {}) == "full"
+    with pytest.raises(ConfigError, match="unknown subset"):
+        run_options(plain, {"MHA_CI_PERF_SUBSET": "most"}, event_kind="push")
+
+
+def test_every_exported_gpu_run_names_its_event(repo_root):
+    """The GPU jobs' `mha-ci run` gets the event of its workflow, so the perf job measures the
+    shapes that event asks for (pull request: the subset; main and nightly: the full set)."""
+    wanted = {"pr-gpu.yml": "--event pull_request --gate-from /base --perf-against /base",
+              "main.yml": "--event push", "nightly.yml": "--event manual"}
+    for name, options in wanted.items():
+        text = (repo_root / ".github" / "workflows" / name).read_text()
+        runs = [line for line in text.splitlines() if 'bash -c "$IN_IMAGE" mha-ci' in line]
+        assert runs and all(line.rstrip().endswith(f"mha-ci {options}") for line in runs), name

@@ -182,7 +182,7 @@ def test_calibration_counts_false_regressions_and_planted_catches():
     bands = {tuple(b["band_pct"]): (b["shapes"], b["caught"]) for b in p["caught_by_realised_band"]}
     assert bands[(5.0, 7.5)] == (3, 3) and sum(n for n, _ in bands.values()) == 3
     text = calibrate.markdown(result)
-    assert "False regressions: 1 (25.0 %)" in text and "caught 3 of 3 (100.0 %)" in text
+    assert "False regressions: 1 (25.0 %; 95 % upper bound" in text and "caught 3 of 3 (100.0 %)" in text
     assert "| 5 to 7.5 | 3 | 3 |" in text
 
 
@@ -209,6 +209,64 @@ def test_calibration_verdict_holds_both_rates_to_their_bars():
     result = calibrate.calibrate(a, noisy, gate(floor_pct=3.0, k=2.0), bars=bars)
     assert [c["bar"] for c in result["verdict"]["checks"]] == ["false_regressions"]
     assert result["verdict"]["met"] is False and "**Calibrated: NO**" in calibrate.markdown(result)
+
+
+def test_calibration_pools_pairs_and_bounds_the_false_rate():
+    """Three A/A pairs are one sample of judgements; the upper bound says what the count can show."""
+    keys = KEYS
+    a = doc([entry(k, 100.0, noise=0.5) for k in keys])
+    pairs = [(a, doc([entry(k, 100.0 + 0.1 * n, noise=0.5) for k in keys])) for n in range(3)]
+    result = calibrate.calibrate_pairs(pairs, gate(floor_pct=1.5, k=2.0))
+    assert result["pairs"] == 3 and result["shapes_valid"] == 3 * len(keys)
+    assert {s["pair"] for s in result["shapes"]} == {1, 2, 3}
+    assert result["false_regression_rate"] == 0.0
+    # 0 of 12 shows only that the rate is below ~22 %; 0 of 300 shows below ~1 %.
+    assert 0.2 < result["false_regression_rate_upper95"] < 0.23
+    assert abs(calibrate._upper95(0, 300) - 0.00994) < 1e-4
+    assert abs(calibrate._upper95(3, 300) - 0.0258) < 1e-3
+    assert calibrate._upper95(0, 0) is None
+    assert "A/A pairs: 3. Valid judgements: 12 of 12." in calibrate.markdown(result)
+
+
+def test_scaled_plant_realises_exactly_what_it_says():
+    keys = KEYS
+    a = doc([entry(k, 100.0, noise=0.3) for k in keys])
+    b = doc([entry(k, 100.0, noise=0.3) for k in keys[:-1]] + [entry(keys[-1], 98.5, noise=0.3)])
+    result = calibrate.calibrate_pairs([(a, b), (a, a)], gate(floor_pct=1.5, k=2.0), scaled_pct=3.0)
+    sc = result["scaled"]
+    assert sc["how"] == "scaled" and sc["nominal_pct"] == [3.0] and sc["planted_shapes"] == 2 * len(keys)
+    realised = sorted(s["delta_pct"] for s in sc["shapes"])
+    # Where B equals A, the realised slowdown is the plant; where B was 1.5 % faster, 1.455 %.
+    assert realised[-1] == 3.0 and abs(realised[0] - 1.455) < 1e-3
+    assert sc["caught"] == 2 * len(keys) - 1 and sc["missed"][0]["key"] == keys[-1]
+    assert [c["bar"] for c in result["verdict"]["checks"]] == ["false_regressions", "scaled_catch"]
+    with_reps = doc([entry(keys[0], 100.0, noise=0.3)])
+    with_reps["results"][0]["stats"]["rep_means_us"] = [99.0, 100.0, 101.0]
+    scaled = calibrate.scaled(with_reps, 3.0)["results"][0]
+    assert scaled["planted_pct"] == 3.0 and scaled["stats"]["noise_pct"] == 0.3
+    assert scaled["stats"]["rep_means_us"] == [101.97, 103.0, 104.03]
+    assert scaled["stats"]["trimmed_mean_us"] == 103.0
+    text = calibrate.markdown(result)
+    assert "Scaled plant" in text and "| pair | shape |" in text
+
+
+def test_calibrate_cli_takes_pairs_and_refuses_an_odd_count(tmp_path, repo_root, capsys):
+    import json
+
+    from mha_ci.cli import main
+    paths = []
+    for n, t in enumerate((100.0, 100.2, 100.0, 99.9)):
+        path = tmp_path / f"r{n}.json"
+        path.write_text(json.dumps(doc([entry(k, t, noise=0.3) for k in KEYS])))
+        paths.append(str(path))
+    root = ["--root", str(repo_root), "perf", "calibrate"]
+    assert main(root + paths + ["--scaled-plant", "3", "--against-floor", "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out[out.index("{"):])
+    assert result["pairs"] == 2 and result["scaled"]["caught"] == 2 * len(KEYS)
+    assert main(root + paths[:3]) == 2
+    assert "come in pairs" in capsys.readouterr().err
+    assert main(root + paths[:2] + ["--scaled-plant", "0"]) == 2
 
 
 def test_calibrate_cli_exits_1_when_a_bar_is_missed(tmp_path, repo_root, capsys):
