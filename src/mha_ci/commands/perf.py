@@ -43,7 +43,7 @@ from mha_ci.files import publish, refuse_special_outputs
 from mha_ci.model.loader import load_pipeline
 from mha_ci.baselines import accuracy_baseline
 from mha_ci.perf import accuracy, calibrate, history_report, report
-from mha_ci.perf.base_checkout import materialise, resolve
+from mha_ci.perf.base_checkout import materialise, resolve, unchanged_host
 from mha_ci.perf.combine import combine
 from mha_ci.perf.compare import compare
 from mha_ci.perf.config import against_policy, calibration_bars, gate_policy
@@ -289,7 +289,8 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
     policy = against_policy(pipeline.perf)
     if not (args.numerics and measure_numerics_apply(pipeline, arch, args.kernel)):
         policy = replace(policy, require_numerics=False)
-    return _report(compare(docs["base"], docs["head"], policy, accept_less_accurate=args.accept_less_accurate),
+    return _report(compare(docs["base"], docs["head"], policy, accept_less_accurate=args.accept_less_accurate,
+                           unchanged_host=unchanged_host(base_root, args.root)),
                    out_dir / rel)
 
 

@@ -25,7 +25,7 @@ from mha_ci.perf.gate_source import changes
 from mha_ci.cache import cache_root
 from mha_ci.errors import EnvironmentProblem, MhaCiError
 from mha_ci.executors import make_executor
-from mha_ci.perf.base_checkout import resolve_base
+from mha_ci.perf.base_checkout import resolve_base, unchanged_host
 from mha_ci.perf.config import against_policy
 from mha_ci.perf.measure import measure_against, measure_repeated, write_inputs
 from mha_ci.perf.provenance import git_commit
@@ -119,7 +119,8 @@ def _against(job: Job, ctx: JobContext, pipeline, rel: str, count: int, started:
         return result
     result.timings["measure"] = round(time.monotonic() - started, 3)
     result.details["base_commit"] = base_commit
-    comparison = compare(docs["base"], docs["head"], against_policy(pipeline.perf))
+    comparison = compare(docs["base"], docs["head"], against_policy(pipeline.perf),
+                         unchanged_host=unchanged_host(job_dir / "base-checkout", root))
     note = _base_against_stored(job, ctx, pipeline, docs["base"])
     result.details["base_vs_stored"] = note
     return _judged(result, comparison, docs["head"], job, ctx, rel,

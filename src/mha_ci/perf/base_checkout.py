@@ -12,6 +12,7 @@ timer, statistics) measures both kernels and only the kernel differs between the
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import shutil
 import subprocess
@@ -63,6 +64,28 @@ def materialise_folder(repo: Path, folder: Path, dest: Path) -> str:
     _fresh(dest)
     shutil.copytree(kernel, dest / KERNEL_PACKAGE, ignore=IGNORED)
     return _with_harness(repo, dest, commit)
+
+
+HOST_EXCLUDED = ("configs",)
+
+
+def host_code_digest(package: Path) -> str:
+    """sha256 of the kernel package's files but its tuning configs (paths and bytes, caches left
+    out): equal on both sides of an A/B when the change under test touches only configs, which
+    reach the GPU only through the code objects they select."""
+    package = Path(package)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*") if p.is_file()):
+        rel = path.relative_to(package)
+        if rel.parts[0] in HOST_EXCLUDED or "__pycache__" in rel.parts or path.suffix == ".pyc":
+            continue
+        digest.update(rel.as_posix().encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def unchanged_host(base_side: Path, repo: Path) -> bool:
+    """Whether the base side written by resolve_base/materialise runs the same host code as `repo`."""
+    return host_code_digest(Path(base_side) / KERNEL_PACKAGE) == host_code_digest(Path(repo) / KERNEL_PACKAGE)
 
 
 def _fresh(dest: Path) -> None:

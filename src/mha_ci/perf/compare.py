@@ -33,7 +33,12 @@ Each verdict names its pass (fwd or bwd, from the key) and whether both sides ra
 objects (`same_code`: both documents record the sha256 of every kernel the shape launched, and
 they are equal). A shape with the same code on both sides cannot have changed speed through the
 change under test: its delta is a free A/A sample of the comparison's noise, and the reports say
-so.
+so. Such a shape is still judged, since host code (the launch wrapper, validation) can slow it
+without touching a code object, unless the comparison knows that host code is byte-identical on
+both sides too (`unchanged_host`: a same-GPU A/B whose change is confined to src/mha/configs). Then
+a move beyond its threshold is an A/A move, status ok with the move in its reason: on the H200 a
+config change's PR job otherwise called a same-code sink backward shape a +1.7 % regression
+(docs/perf-method.md, "The pull-request A/B").
 
 Where the documents carry numerics (output digests and errors against a float64 reference), each
 verdict also holds its numerics class (mha_ci.perf.numerics: identical, reordered, less-accurate,
@@ -149,6 +154,7 @@ class Comparison:
     candidate_provenance: dict = field(default_factory=dict)
     numerics_required: bool = False     # every judged shape must carry numerics (fail closed)
     accept_less_accurate: tuple[str, ...] = ()      # the globs of --accept-less-accurate
+    unchanged_host: bool = False        # host code byte-identical on both sides (see the module doc)
 
     @property
     def summary(self) -> dict[str, int]:
@@ -251,6 +257,8 @@ class Comparison:
             "numerics_summary": self.numerics_summary,
             "numerics_required": self.numerics_required,
             "accept_less_accurate": list(self.accept_less_accurate),
+            "unchanged_host": self.unchanged_host,
+            "aa_moves": [v.key for v in self.shapes if v.reason.startswith(AA_MOVE)],
             "gate": asdict(self.policy),
             "baseline": _provenance_brief(self.baseline_provenance),
             "candidate": _provenance_brief(self.candidate_provenance),
@@ -279,10 +287,12 @@ def _provenance_brief(p: dict) -> dict:
 
 
 def compare(baseline: dict, candidate: dict, policy: GatePolicy, cross_toolchain: bool = False,
-            accept_less_accurate: Sequence[str] = ()) -> Comparison:
+            accept_less_accurate: Sequence[str] = (), unchanged_host: bool = False) -> Comparison:
     """Classify every shape; both arguments are mha-ci.perf/1 documents (document.load_perf).
     Numerics are required when `policy.require_numerics` or the candidate has any; a less
-    accurate shape whose key matches a glob of `accept_less_accurate` (fnmatch) does not fail."""
+    accurate shape whose key matches a glob of `accept_less_accurate` (fnmatch) does not fail.
+    `unchanged_host`: both sides ran byte-identical host code, so a same-code shape's move is an
+    A/A move (the module docstring)."""
     base_p, cand_p = baseline["provenance"], candidate["provenance"]
     refused = comparable.refusal(base_p, cand_p, cross_toolchain)
     base = {e["key"]: e for e in baseline["results"]}
@@ -301,12 +311,13 @@ def compare(baseline: dict, candidate: dict, policy: GatePolicy, cross_toolchain
     unaccounted = max(0, counted - len(cand)) if _is_count(counted) else 0
     required = policy.require_numerics or any(numerics.has_numerics(e) for e in cand.values())
     globs = tuple(accept_less_accurate)
-    verdicts = tuple(_with_numerics(_verdict(key, base.get(key), cand.get(key), policy, refused),
+    verdicts = tuple(_with_numerics(_aa_move(_verdict(key, base.get(key), cand.get(key), policy, refused),
+                                             unchanged_host),
                                     base.get(key), cand.get(key), policy, required, globs, base_p.get("commit"))
                      for key in keys)
     return Comparison(shapes=verdicts, policy=policy, refused=refused, cross_toolchain=cross_toolchain,
                       not_measured=not_measured, unaccounted=unaccounted,
-                      numerics_required=required, accept_less_accurate=globs,
+                      numerics_required=required, accept_less_accurate=globs, unchanged_host=unchanged_host,
                       baseline_provenance=base_p, candidate_provenance=cand_p,
                       notes=tuple(comparable.notes(base_p, cand_p)))
 
@@ -364,6 +375,18 @@ def _verdict(key: str, b: dict | None, c: dict | None, policy: GatePolicy, refus
         tp=tuple(sorted({o["tp"] for o in meta.get("origins") or () if o.get("tp")})),
         delta_pct=delta, threshold_pct=threshold, status=status, reason=reason, broken=broken, ci_pct=ci,
     )
+
+
+AA_MOVE = "A/A move"
+
+
+def _aa_move(verdict: ShapeVerdict, unchanged_host: bool) -> ShapeVerdict:
+    """A same-code shape beyond its threshold when host code is unchanged too: ok, the move said."""
+    if not (unchanged_host and verdict.same_code and verdict.status in ("regression", "improvement")):
+        return verdict
+    return replace(verdict, status="ok",
+                   reason=f"{AA_MOVE}: {verdict.delta_pct:+.2f} % beyond the {verdict.threshold_pct:.2f} % threshold "
+                          "with identical code objects and host code on both sides")
 
 
 def same_code(b: dict | None, c: dict | None) -> bool | None:

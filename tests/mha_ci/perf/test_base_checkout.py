@@ -89,3 +89,26 @@ def test_perf_measure_against_takes_turns_between_base_and_working_tree(tmp_path
                           "interpreter", "--against", "HEAD", "--interleave", "triton-3.8", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(SRC)})
     assert bad.returncode == 2 and "two different comparisons" in bad.stderr
+
+
+def test_host_code_digest_leaves_out_configs_and_caches(tmp_path):
+    """Equal across a config-only change, different across any other file of the package."""
+    from mha_ci.perf.base_checkout import host_code_digest, unchanged_host
+
+    def package(root, config="{}", launch="x = 1\n"):
+        pkg = root / "src" / "mha"
+        (pkg / "configs").mkdir(parents=True)
+        (pkg / "__pycache__").mkdir()
+        (pkg / "configs" / "sm90.json").write_text(config)
+        (pkg / "launch.py").write_text(launch)
+        (pkg / "__pycache__" / "launch.cpython-312.pyc").write_bytes(root.name.encode())
+        return root
+
+    a = package(tmp_path / "a")
+    b = package(tmp_path / "b", config='{"BLOCK_N2": 32}')
+    c = package(tmp_path / "c", launch="x = 2\n")
+    assert host_code_digest(a / "src" / "mha") == host_code_digest(b / "src" / "mha")
+    assert unchanged_host(a, b) and not unchanged_host(a, c)
+    (b / "src" / "mha" / "kernels").mkdir()
+    (b / "src" / "mha" / "kernels" / "new.py").write_text("")
+    assert not unchanged_host(a, b)

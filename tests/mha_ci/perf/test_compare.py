@@ -213,3 +213,28 @@ def test_perf_yaml_sets_the_invalid_share_and_refuses_a_useless_one(pipeline_roo
     assert main(["--root", str(pipeline_root), "validate"]) == 2
     err = capsys.readouterr().err
     assert "perf.yaml" in err and "max_invalid_pct" in err and "less than or equal to 50" in err
+
+
+def test_a_same_code_move_is_an_aa_move_only_when_host_code_is_unchanged_too():
+    """Seen on the H200: a config-only change's A/B called a same-code sink backward shape +1.7 %
+    against a 1.5 % threshold. With identical code objects and host code that move cannot be the
+    change's; with different code objects, or host code that changed, it is judged as before."""
+    same, moved = KEYS_AA
+    base = doc([entry(same, 100.0, noise=0.05), entry(moved, 100.0, noise=0.05)])
+    head = doc([entry(same, 101.7, noise=0.05), entry(moved, 101.7, noise=0.05)])
+    for d, other in ((base, "k1"), (head, "k2")):
+        d["results"][0]["code_objects"] = {"bwd": "same"}
+        d["results"][1]["code_objects"] = {"bwd": other}
+    policy = gate(floor_pct=1.5)
+    judged = {v.key: v for v in compare(base, head, policy).shapes}
+    assert judged[same].status == judged[moved].status == "regression"
+    comparison = compare(base, head, policy, unchanged_host=True)
+    judged = {v.key: v for v in comparison.shapes}
+    assert judged[same].status == "ok" and judged[same].reason.startswith("A/A move: +1.70 % beyond")
+    assert judged[moved].status == "regression"
+    assert comparison.to_dict()["aa_moves"] == [same] and comparison.to_dict()["unchanged_host"] is True
+    assert comparison.gate_failed
+
+
+KEYS_AA = ("dense_b1_hq8_hk1_sq8192_sk8192_dqk64_dv64_c0_wl128_wr0_sink_bwd",
+           "dense_b1_hq128_hk8_sq8192_sk8192_dqk128_dv128_c0_bwd")

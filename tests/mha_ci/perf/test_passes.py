@@ -71,7 +71,10 @@ def test_calibration_reports_each_pass_and_judges_a_planted_run_against_its_own_
                  str(paths[2]), "--planted-base", str(paths[3]), "--min-us", "100", "--floor-pct", "1.5",
                  "--format", "json", "--out", str(tmp_path / "out")])
     stored = json.loads((tmp_path / "out" / "calibrate.json").read_text())
-    assert code == ExitCode.OK and stored["gate"]["floor_pct"] == 1.5 and stored["min_us"] == 100.0
+    assert stored["gate"]["floor_pct"] == 1.5 and stored["min_us"] == 100.0
+    # two judgements show no false-regression rate: red, and saying which bar
+    unmet = [c["bar"] for c in stored["verdict"]["checks"] if not c["met"]]
+    assert code == ExitCode.GATE_FAILED and unmet == ["false_regressions_shown"]
     assert main(["--root", str(repo_root), "perf", "calibrate", str(paths[0]), str(paths[1]),
                  "--planted-base", str(paths[3])]) == ExitCode.CONFIG_ERROR
 
