@@ -427,9 +427,11 @@ def next_steps(c: Comparison, arch: str, toolchain: str, compare_json: str) -> l
             {"pass": p, "what": f"reproduce the worst {p} regressions: the baseline's kernel and this one, "
                                 "taking turns shape by shape on one GPU",
              "command": f"mha-ci perf measure {target} --subset full --against {shlex.quote(good)} {shapes}"},
-            {"pass": p, "what": "find the first commit that moved them",
-             "command": f"mha-ci perf bisect --good {shlex.quote(good)} --bad {shlex.quote(bad)} {target} "
-                        f"--pass {p} {shapes} --out out/bisect-{arch}-{toolchain}-{p}"},
+            # One commit on both sides: the change is the working tree's, with no range to bisect.
+            *([] if good == bad else [
+                {"pass": p, "what": "find the first commit that moved them",
+                 "command": f"mha-ci perf bisect --good {shlex.quote(good)} --bad {shlex.quote(bad)} {target} "
+                            f"--pass {p} {shapes} --out out/bisect-{arch}-{toolchain}-{p}"}]),
             {"pass": p, "what": f"search the regressed {p} buckets' knobs on the regressed shapes "
                                 "(compare.json from the job's artifact)",
              "command": f"mha-ci tune {target} --pass {TUNE_PASS[p]} --from-report {shlex.quote(compare_json)}"

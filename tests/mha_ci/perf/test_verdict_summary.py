@@ -61,6 +61,17 @@ def test_summary_leads_with_the_moved_shapes_and_the_next_commands():
         f"--bucket {_bucket(BWD[0])}"]
 
 
+def test_no_bisect_is_offered_when_both_sides_are_one_commit():
+    """Seen in the H200 PR job of a working-tree plant: `perf bisect --good X --bad X`. The change
+    is uncommitted there, so there is no range to bisect; the repro and tune lines stay."""
+    c = moved_comparison()
+    from dataclasses import replace
+    one = replace(c, candidate_provenance={**c.candidate_provenance, "commit": c.baseline_provenance["commit"]})
+    steps = report.verdict_details(one, "sm90", "triton-3.4", REPORT)["next_steps"]
+    assert [s["command"].split()[1] for s in steps] == ["perf", "tune"]
+    assert "bisect" not in "".join(s["command"] for s in steps)
+
+
 def _bucket(key: str) -> str:
     return next(v.bucket for v in moved_comparison().shapes if v.key == key)
 
