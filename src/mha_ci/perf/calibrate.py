@@ -155,11 +155,10 @@ def calibrate_pairs(pairs: list[tuple[dict, dict]], policy: GatePolicy, planted:
     }
     if planted is not None:
         base = pairs[0][0] if planted_base is None else at_least(planted_base, pairs[0][0], min_us)
-        result["planted"] = planted_catch([(base, at_least(planted, pairs[0][0], min_us))], policy)
-        result["planted"]["how"] = "spin"
+        result["planted"] = {**planted_catch([(base, at_least(planted, pairs[0][0], min_us))], policy),
+                             "how": "spin"}
     if scaled_pct is not None:
-        result["scaled"] = planted_catch([(a, scaled(b, scaled_pct)) for a, b in pairs], policy)
-        result["scaled"]["how"] = "scaled"
+        result["scaled"] = {**planted_catch([(a, scaled(b, scaled_pct)) for a, b in pairs], policy), "how": "scaled"}
     result["verdict"] = verdict(result, bars)
     return result
 
