@@ -51,7 +51,9 @@ def _perf_verdict(job: dict, budget: int) -> list[str]:
             shapes, count = moved.get("shapes", []), moved.get("count", 0)
             if not count:
                 continue
-            lines.append(f"{word} ({count}):")
+            # The blank line makes a list of it in every renderer, not only GitHub's (a list that
+            # interrupts a paragraph ran into one paragraph in Python-Markdown).
+            lines += [f"{word} ({count}):", ""]
             lines += [f"- `{s['key']}`: {_moved_text(s)}" for s in shapes[:SHOWN_SHAPES]]
             if count > SHOWN_SHAPES:
                 lines.append(f"- and {count - SHOWN_SHAPES} more (the table below)")

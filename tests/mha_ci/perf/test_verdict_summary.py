@@ -48,7 +48,7 @@ def test_summary_leads_with_the_moved_shapes_and_the_next_commands():
     assert (f"- `{BWD[0]}`: **+10.0 %** (threshold 3.0 %, noise 0.5 % / 0.5 %; code objects changed)"
             in verdict)
     assert f"- `{FWD[0]}`: **-20.0 %** (threshold 3.0 %, noise 0.5 % / 0.5 %; same code objects)" in verdict
-    assert "Regressed (1):" in verdict and "Improved (1):" in verdict
+    assert "Regressed (1):\n\n- `" in verdict and "Improved (1):\n\n- `" in verdict
     assert "<details><summary>All 2 regressed and improved shapes</summary>" in verdict
     assert f"`{REPORT[:-5]}.md`" in verdict
     commands = [line for line in verdict.splitlines() if line.startswith("mha-ci ")]

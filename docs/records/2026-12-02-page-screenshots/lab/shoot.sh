@@ -17,4 +17,19 @@ shoot() {  # shoot NAME WIDTHxHEIGHT FILE
 }
 shoot compare-h200-planted-accuracy-loss 1500,2400 "$COMPARE"
 shoot history 1500,2400 "$HISTORY"
-rm -rf "$W"
+
+# The summary.md of the H200 PR job with a planted config change (2026-12-02-h200-ab, call 4),
+# rendered near GitHub's way (lab/summary.py; needs the `markdown` package: MD_PYTHON names a
+# Python that has it), once as it opens and once with its <details> unfolded.
+S=$(mktemp -d)
+tar -C "$S" -xzf docs/records/2026-12-02-h200-ab/raw/call4-prjob-3.8.tgz r/prjob/summary.md r/prjob/results.json
+# as the job wrote it (the renderer of its commit), and as this checkout renders its results.json
+${MD_PYTHON:-python3} $HERE/lab/summary.py "$S/r/prjob/summary.md" "$S/summary-h200.html"
+PYTHONPATH=src ${PYTHON:-python3} -c "import json, sys; from mha_ci.reports import summary
+print(summary.render(json.load(open(sys.argv[1]))), end='')" "$S/r/prjob/results.json" > "$S/now.md"
+${MD_PYTHON:-python3} $HERE/lab/summary.py "$S/now.md" "$S/summary.html"
+shoot summary-h200-pr-job-as-written 1100,1500 "$S/summary-h200.html"
+sed 's/<details>/<details open>/' "$S/summary.html" > "$S/summary-open.html"
+shoot summary-h200-pr-job 1100,1500 "$S/summary.html"
+shoot summary-h200-pr-job-unfolded 1100,1900 "$S/summary-open.html"
+rm -rf "$S" "$W"
