@@ -13,7 +13,8 @@ from typing import Mapping
 
 from mha_ci.errors import ConfigError
 from mha_ci.executors.devices import ASSUME_ENV, available_devices
-from mha_ci.jobs.context import DEFAULT_JOB_TIMEOUT_S, SUBSETS, RunOptions
+from mha_ci.jobs.context import DEFAULT_JOB_TIMEOUT_S, RunOptions
+from mha_ci.perf.document import check_subset
 from mha_ci.model.types import Event
 from mha_ci.model.yaml_source import closest
 from mha_ci.perf.gate_source import load_gate_source
@@ -100,9 +101,7 @@ def run_options(args, environ: Mapping[str, str] = os.environ, event_kind: str |
     the variables CI sets (a bad value is a usage error naming the variable). `event_kind` is the
     run's event (plan.events), which decides the perf subset (perf_subset)."""
     subset = perf_subset(event_kind, getattr(args, "perf_against", None), environ)
-    if subset not in SUBSETS:
-        raise ConfigError(f"{PERF_SUBSET_ENV}={subset!r}: unknown subset; known: {', '.join(SUBSETS)}",
-                          key=PERF_SUBSET_ENV)
+    check_subset(subset, PERF_SUBSET_ENV)
     repeat = _number(environ, PERF_REPEAT_ENV, int, 1)
     if repeat < 1:
         raise ConfigError(f"{PERF_REPEAT_ENV}={repeat} must be at least 1", key=PERF_REPEAT_ENV)

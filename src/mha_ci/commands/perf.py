@@ -47,7 +47,7 @@ from mha_ci.perf.base_checkout import materialise, resolve, unchanged_host
 from mha_ci.perf.combine import combine
 from mha_ci.perf.compare import compare
 from mha_ci.perf.config import against_policy, calibration_bars, gate_policy
-from mha_ci.perf.document import load_perf, merge_perf, write_json
+from mha_ci.perf.document import SUBSETS, load_perf, merge_perf, write_json
 from mha_ci.perf.history import history
 from mha_ci.perf.measure import numerics_apply as measure_numerics_apply
 from mha_ci.perf.measure import (measure_against, measure_interleaved, measure_lockstep, measure_repeated,
@@ -70,7 +70,7 @@ def register(sub):
     cmds = perf.add_subparsers(dest="perf_command", required=True, parser_class=type(perf))
 
     p = cmds.add_parser("shapes", help="list the workload shapes; write shapes.json + method.json for the payload")
-    p.add_argument("--subset", choices=("pr", "full"), default="full",
+    p.add_argument("--subset", choices=SUBSETS, default="full",
                    help="pr: the pull-request subset (perf.yaml subset); full: every workload shape (default)")
     p.add_argument("--shape", action="append", metavar="GLOB", help="only keys matching (repeatable)")
     p.add_argument("--out", type=Path, help="folder to write shapes.json and method.json into")
@@ -80,7 +80,7 @@ def register(sub):
     p = cmds.add_parser("measure", help="time the shapes in a toolchain through an executor")
     p.add_argument("--toolchain", help="toolchain (default: the golden one)")
     p.add_argument("--arch", help="arch (default: the one whose device this machine has)")
-    p.add_argument("--subset", choices=("pr", "full"), default="pr",
+    p.add_argument("--subset", choices=SUBSETS, default="pr",
                    help="pr (default): the pull-request subset of perf.yaml; full: every workload shape")
     add_executor_option(p)
     p.add_argument("--out", type=Path, help="output folder (default: <root>/out/perf)")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from mha_ci.executors.base import Executor
 from mha_ci.model.pipeline import Pipeline
+from mha_ci.perf.document import SUBSETS
 from mha_ci.perf.gate_source import GateSource
 
-SUBSETS = ("pr", "full")
 DEFAULT_JOB_TIMEOUT_S = 3600.0
 
 

@@ -31,10 +31,20 @@ from mha_ci.perf.stats import Method, shape_stats
 SCHEMA = "mha-ci.perf/1"
 SHAPES_SCHEMA = "mha-ci.perf-shapes/1"
 DISPATCHES_SCHEMA = "mha-ci.perf-dispatches/1"
-SUBSETS = ("pr", "full", "custom")
+# The subsets a measurement can be asked for (the one list every command and job checks against,
+# check_subset), and what a document may record: "custom" is a --shape selection within one.
+SUBSETS = ("pr", "full")
+DOCUMENT_SUBSETS = (*SUBSETS, "custom")
 # A full baseline with history is a few MB; a dispatch dump of the full set tens of MB.
 MAX_PERF_BYTES = 256 * 2**20
 STATS_KEYS = ("trimmed_mean_us", "median_us", "max_us", "noise_pct", "reps", "dispatches")
+
+
+def check_subset(subset: object, key: str) -> str:
+    """`subset` when it is one of SUBSETS, else a ConfigError naming where it came from (`key`)."""
+    if subset not in SUBSETS:
+        raise ConfigError(f"{key}: unknown subset {subset!r}; known: {', '.join(SUBSETS)}", key=key)
+    return str(subset)
 
 
 def load_perf(path: Path) -> dict:
@@ -175,8 +185,8 @@ def _selection_problem(selection: object, results: int) -> str | None:
         return None
     if not isinstance(selection, dict):
         return "selection is not an object"
-    if selection.get("subset") not in SUBSETS:
-        return f"selection subset {selection.get('subset')!r:.40} is not one of {', '.join(SUBSETS)}"
+    if selection.get("subset") not in DOCUMENT_SUBSETS:
+        return f"selection subset {selection.get('subset')!r:.40} is not one of {', '.join(DOCUMENT_SUBSETS)}"
     count = selection.get("count")
     if not _is_count(count):
         return f"selection count {count!r:.40} is not a whole number"

@@ -34,10 +34,9 @@ from mha_ci.model.pipeline import Pipeline
 from mha_ci.perf import lockstep
 from mha_ci.perf.combine import combine
 from mha_ci.perf.config import gate_policy, method
-from mha_ci.perf.document import load_perf, merge_perf, write_json
+from mha_ci.perf.document import check_subset, load_perf, merge_perf, write_json
 from mha_ci.perf.workloads import Workload, filter_keys, generate, select_subset, shapes_document
 
-SUBSETS = ("pr", "full")
 # The full set is sized for ~10 minutes on an H200 (perf.yaml `measure`); the timeout leaves
 # room for a slow first compile of every kernel variant.
 PAYLOAD_TIMEOUT_S = 3600.0
@@ -45,8 +44,7 @@ PAYLOAD_TIMEOUT_S = 3600.0
 
 def selected_workloads(pipeline: Pipeline, subset: str, keys: list[str] | None = None) -> list[Workload]:
     """The workloads of a subset name: "pr" or "full", optionally key-filtered."""
-    if subset not in SUBSETS:
-        raise ConfigError(f"unknown subset '{subset}'; known: {', '.join(SUBSETS)}", key="--subset")
+    check_subset(subset, "--subset")
     workloads = generate(pipeline.workloads)
     if subset == "pr":
         workloads = select_subset(workloads, pipeline.perf.subset.size, pipeline.perf.subset.always)
