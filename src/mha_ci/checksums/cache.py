@@ -1,7 +1,10 @@
 """On-disk cache of compile results, so a warm `verify` compiles nothing.
 
 Key = sha256 over everything a code object can depend on, in the brief's terms:
-the kernel package's source files (every .py under it, path-relative), the variant's bucket
+the source files of the variant's kernel module and of every module of the kernel package it
+imports, transitively (module_sources_digest: a change to backward.py misses only the variants
+whose kernels live in or import it; a change to common.py, which both passes import, misses
+all), the variant's bucket
 section of the arch's config JSON (in the payload; the rest of the file reaches a compile only
 through the identity: a guard's num_stages, say), the variant (function, signature, constexprs, argument attributes, num_warps, num_stages,
 target), and the toolchain (lock-file hash plus the Triton version actually imported, so the
@@ -24,6 +27,7 @@ changed inputs, every hit of an `--only` run, and a random share of the rest.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import fcntl
 import hashlib
@@ -44,6 +48,70 @@ def tree_digest(package_dir: Path) -> str:
             continue
         digest.update(str(path.relative_to(package_dir)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def module_sources_digest(package_dir: Path, module: str) -> str:
+    """sha256 of `module`'s file (a dotted name inside the package at `package_dir`) and of every
+    module of that package it imports, transitively, read from the import statements. A jit
+    function's code can depend only on its module's globals and the jit functions and constants
+    it reaches through them, which those imports bring in. The package's __init__ files are
+    left out: they import the host API, not what a kernel reads. A module that cannot be found or
+    parsed gives the whole tree's digest, so the key stays conservative."""
+    package_dir = Path(package_dir)
+    root = package_dir.name
+    seen: dict[str, Path] = {}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        path = _module_file(package_dir, root, name)
+        if path is None:
+            return tree_digest(package_dir)
+        seen[name] = path
+        try:
+            tree = ast.parse(path.read_text(), filename=str(path))
+        except (OSError, SyntaxError, ValueError):
+            return tree_digest(package_dir)
+        todo += _package_imports(tree, name, path.name == "__init__.py", root, package_dir)
+    digest = hashlib.sha256()
+    for name in sorted(seen):
+        digest.update(name.encode() + b"\0" + seen[name].read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _module_file(package_dir: Path, root: str, name: str) -> Path | None:
+    parts = name.split(".")
+    if parts[0] != root:
+        return None
+    base = package_dir.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _package_imports(tree: ast.AST, name: str, is_package: bool, root: str, package_dir: Path) -> list[str]:
+    """The modules of the package that `name`'s import statements name (`from .x import y` may
+    name a module y of package x, or a name defined in x: both are tried)."""
+    here = name.split(".") if is_package else name.split(".")[:-1]
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == root]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = here[:len(here) - (node.level - 1)] if node.level > 1 else here
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            elif node.module and node.module.split(".")[0] == root:
+                base = node.module
+            else:
+                continue
+            if base != root:     # the package's own __init__: the host API (docstring above)
+                found.append(base)
+            found += [f"{base}.{a.name}" for a in node.names
+                      if _module_file(package_dir, root, f"{base}.{a.name}") is not None]
+    return [m for m in found if m != root]
 
 
 def file_digest(path: Path) -> str:

@@ -55,7 +55,7 @@ from pathlib import Path
 
 os.environ["TRITON_DISABLE_LINE_INFO"] = "1"   # before anything imports triton (docs/facts.md: the line-info path leak)
 
-from mha_ci.checksums.cache import CompileCache, cache_key, tree_digest
+from mha_ci.checksums.cache import CompileCache, cache_key, module_sources_digest, tree_digest
 from mha_ci.checksums.compile import (CompileTarget, ToolchainEnvironmentError, cleanup_triton_cache, compile_all,
                                       compile_task, prepare_environment)
 from mha_ci.checksums.records import CodeObjectFile, CodeObjectRecord, RecordFileError, dump, error_summary, load
@@ -153,7 +153,11 @@ def _compute(args, cache: CompileCache) -> int:
     # The config enters a compile only through the variant's identity (constexprs, num_warps,
     # num_stages, kernel), so the key names the variant's bucket section, not the whole file: a
     # change to one bucket (or to a note) misses only the variants of that bucket.
-    keys = {v.key: cache_key(sources=sources, config=v.config_hash, identity=v.task.identity(),
+    by_module: dict[str, str] = {}
+    for v in variants:
+        if v.task.module not in by_module:
+            by_module[v.task.module] = module_sources_digest(package_dir, v.task.module)
+    keys = {v.key: cache_key(sources=by_module[v.task.module], config=v.config_hash, identity=v.task.identity(),
                              toolchain=key_toolchain) for v in variants}
 
     # 3. compile what the cache does not hold, and again some of what it holds

@@ -102,3 +102,55 @@ def test_no_cache_folder_holds_nothing(tmp_path):
     with CompileCache(None).in_use():
         pass
     assert list(tmp_path.iterdir()) == []
+
+
+def _kernels(root: Path) -> Path:
+    """A kernel package shaped like src/mha: two passes sharing a common module, a host module
+    that imports them, and an __init__ that imports the host API."""
+    pkg = root / "mha"
+    (pkg / "kernels").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .interface import attention\n")
+    (pkg / "interface.py").write_text("from .kernels.forward import fwd\nfrom .kernels import backward\n")
+    (pkg / "kernels" / "__init__.py").write_text("")
+    (pkg / "kernels" / "common.py").write_text("LOG2E = 1.4426950408889634\n")
+    (pkg / "kernels" / "forward.py").write_text("from .common import LOG2E\n\ndef fwd(): return LOG2E\n")
+    (pkg / "kernels" / "backward.py").write_text("from .common import LOG2E\nfrom . import forward\n\ndef bwd(): pass\n")
+    (pkg / "kernels" / "dropout.py").write_text("import mha.kernels.common\n\ndef keep(): pass\n")
+    return pkg
+
+
+def test_a_kernel_file_change_misses_only_the_variants_that_reach_it(tmp_path):
+    """Issue 40: a change to one kernel file recompiles only the variants whose kernel lives in it
+    or imports it; a change to a module both passes import, all of them; host code, none."""
+    from mha_ci.checksums.cache import module_sources_digest as digest
+
+    pkg = _kernels(tmp_path)
+    mods = ["mha.kernels.forward", "mha.kernels.backward", "mha.kernels.dropout"]
+    before = {m: digest(pkg, m) for m in mods}
+    (pkg / "kernels" / "backward.py").write_text("from .common import LOG2E\nfrom . import forward\n\ndef bwd(): return 1\n")
+    after = {m: digest(pkg, m) for m in mods}
+    assert [m for m in mods if before[m] != after[m]] == ["mha.kernels.backward"]
+    (pkg / "kernels" / "forward.py").write_text("from .common import LOG2E\n\ndef fwd(): return 2 * LOG2E\n")
+    moved = {m: digest(pkg, m) for m in mods}
+    assert [m for m in mods if after[m] != moved[m]] == ["mha.kernels.forward", "mha.kernels.backward"]
+    (pkg / "kernels" / "common.py").write_text("LOG2E = 1.44\n")
+    common = {m: digest(pkg, m) for m in mods}
+    assert all(moved[m] != common[m] for m in mods)      # dropout imports it by absolute name
+    (pkg / "interface.py").write_text("# host code only\n")
+    assert {m: digest(pkg, m) for m in mods} == common
+    # a module that cannot be read keys by the whole tree: never a false hit
+    assert digest(pkg, "mha.kernels.missing") == tree_digest(pkg)
+    (pkg / "kernels" / "dropout.py").write_text("def (\n")
+    assert digest(pkg, "mha.kernels.dropout") == tree_digest(pkg)
+
+
+def test_the_real_kernel_modules_reach_what_they_import(repo_root):
+    from mha_ci.checksums import cache
+    import ast
+
+    pkg = repo_root / "src" / "mha"
+    tree = ast.parse((pkg / "kernels" / "forward_ws.py").read_text())
+    assert sorted(cache._package_imports(tree, "mha.kernels.forward_ws", False, "mha", pkg)) == [
+        "mha.kernels.common", "mha.kernels.forward"]
+    assert cache.module_sources_digest(pkg, "mha.kernels.forward") != cache.module_sources_digest(
+        pkg, "mha.kernels.backward")
