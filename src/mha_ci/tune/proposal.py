@@ -142,9 +142,8 @@ def propose(pipeline: Pipeline, out: Path, branch: str | None, executor_name: st
     (staged / "README.md").write_text(f"# mha-ci tune: {plan['arch']}, {plan['toolchain']} ({date})\n\n"
                                       f"Made by `mha-ci tune` and `mha-ci tune propose --from {out}` (branch "
                                       f"`{branch}`); compare.md: the current config against the proposed one. "
-                                      "To keep it as a record, copy this folder to "
-                                      f"docs/records/{date}-tune-{plan['arch']}-{plan['toolchain']}/ by hand "
-                                      "(docs/records/README.md).\n")
+                                      f"To keep it as a record, copy this folder by hand to docs/records/ as "
+                                      f"{date}-tune-{plan['arch']}-{plan['toolchain']}/ (docs/records/README.md).\n")
     message = description(plan, changed, comparison, gains, check)
     commit = commit_on_new_branch(root, branch, head_commit(root), files, message)
     print(message)
