@@ -60,7 +60,7 @@ ci: setup
 ci-all: setup
 	$(MHA_CI) run --event pull_request --out $(OUT)/ci --all
 
-# ruff check over src/ and tests/, then mypy over src/mha_ci (both configured in pyproject.toml),
+# ruff check over src/ and tests/, then mypy over src/mha_ci and src/mha (both configured in pyproject.toml),
 # then the generated workflows: actionlint (syntax, expressions, shell via shellcheck) and zizmor
 # (security: its strictest persona, offline; each accepted finding carries its reason inline).
 # Check only, no autoformat.

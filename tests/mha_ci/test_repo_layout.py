@@ -98,6 +98,17 @@ def test_records_are_never_imported():
     assert not bad, f"code imports a record's script (records are read by people, not run): {bad}"
 
 
+RECORD_PATH = re.compile(r"""(?:/|Path\()\s*["']docs/records|["']docs/records/\{""")
+
+
+def test_code_neither_reads_nor_writes_records():
+    """Tests read copies under tests/fixtures/; tune leaves its report under --out. A record is
+    made by hand (docs/records/README.md), so a path into docs/records/ is only ever prose."""
+    bad = [f for f in tracked("src", "tests") if f.endswith(".py") and ROOT / f != Path(__file__)
+           and RECORD_PATH.search((ROOT / f).read_text(errors="replace"))]
+    assert not bad, f"code that builds a path into {RECORDS}/: {bad}"
+
+
 def test_pytest_never_collects_from_records():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert config.get("testpaths") == ["tests"], "pytest must collect from tests/ only, never from docs/records/"

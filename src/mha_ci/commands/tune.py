@@ -11,8 +11,8 @@ surviving candidate against the current config, per shape in one process), verif
 chosen configs against the current ones on every shape of the changed buckets), check (GPU: the
 correctness job on the proposed config). A later call with the same --out resumes: the plan is
 reused when arch, toolchain, buckets and config file are unchanged, measured shapes are skipped.
-`propose` (CPU) turns the out folder into a branch: the config change, the recomputed code-object
-records and the before/after report.
+`propose` (CPU) turns the out folder into a branch: the config change and the recomputed
+code-object records; the before/after report stays in DIR/proposal (a record is made by hand).
 
 Exit codes: 0 done (a proposal, or nothing better than the current config), 1 the proposal failed
 its verify or correctness gate, 2 bad options or files, 3 no device, a pin mismatch, git problems.

@@ -8,7 +8,9 @@
     timing/<bucket>/results.jsonl  one line per measured shape (the payload appends; resume reads)
     verify/plan.json, verify/results.jsonl          the full-set before/after measurement
     check/                         the correctness job on the proposed config
-    proposal.json                  mha-ci.tune-proposal/1: per bucket the choice and why
+    proposal/                      `tune propose`: the before/after compare report, proposal.json
+                                   (mha-ci.tune-proposal/1: per bucket the choice and why) and a
+                                   README; never committed (a record is made by hand from it)
 
 Writes are atomic (temporary file + rename) except the .jsonl files, which grow one line per
 shape; a torn last line (a kill mid-write) is ignored by every reader.

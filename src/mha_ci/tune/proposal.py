@@ -1,6 +1,8 @@
 """`mha-ci tune propose --from DIR` (CPU): the out folder of a tune run -> a branch, like the
 nightly refresh's: the config change, the code-object records recomputed for it (every
-toolchain: the config file is shared), and the before/after compare report.
+toolchain: the config file is shared). The before/after compare report, proposal.json and a
+README stay under OUT/proposal: the branch carries no report, and a record under docs/records/ is
+made by hand when someone wants one (docs/records/README.md).
 
 The before/after documents come from the verify phase (current and proposed timed in turns in
 one process, every full-set shape of the changed buckets); the report is the perf gate's
@@ -27,9 +29,6 @@ from mha_ci.perf.compare import compare
 from mha_ci.perf.config import gate_policy
 from mha_ci.refresh.branch import commit_on_new_branch, head_commit
 from mha_ci.tune import outdir, session
-
-REPORT_DIR = "docs/records/{date}-tune-{arch}-{toolchain}"
-
 
 class ProposalRefused(MhaCiError):
     exit_code = ExitCode.GATE_FAILED
@@ -126,9 +125,8 @@ def propose(pipeline: Pipeline, out: Path, branch: str | None, executor_name: st
         raise ProposalRefused(f"the correctness check failed (exit {check['exit_code']}): see {out / 'check'}")
     date = dt.date.today().isoformat()
     branch = branch or f"tune/{plan['arch']}-{plan['toolchain']}-{date}"
-    report_dir = REPORT_DIR.format(arch=plan["arch"], toolchain=plan["toolchain"], date=date)
     staged = out / "proposal"
-    paths = report.write_all(comparison, staged)
+    report.write_all(comparison, staged)
     gains = recovered(plan, rows)
     summary = {"schema": outdir.PROPOSAL_SCHEMA, "arch": plan["arch"], "toolchain": plan["toolchain"],
                "pass": plan["pass"], "changed": changed, "choices": choices,
@@ -141,16 +139,15 @@ def propose(pipeline: Pipeline, out: Path, branch: str | None, executor_name: st
     finally:
         subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(scratch)], capture_output=True)
         shutil.rmtree(scratch.parent, ignore_errors=True)
-    for name in ("compare.json", "compare.md", "proposal.json"):
-        if (staged / name).is_file():
-            files[f"{report_dir}/{name}"] = (staged / name).read_bytes()
-    files[f"{report_dir}/README.md"] = (f"# mha-ci tune: {plan['arch']}, {plan['toolchain']} ({date})\n\n"
-                                        f"Made by `mha-ci tune` and `mha-ci tune propose` (branch `{branch}`); "
-                                        "compare.md: the current config against the proposed one.\n").encode()
+    (staged / "README.md").write_text(f"# mha-ci tune: {plan['arch']}, {plan['toolchain']} ({date})\n\n"
+                                      f"Made by `mha-ci tune` and `mha-ci tune propose --from {out}` (branch "
+                                      f"`{branch}`); compare.md: the current config against the proposed one. "
+                                      f"To keep it as a record, copy this folder by hand to docs/records/ as "
+                                      f"{date}-tune-{plan['arch']}-{plan['toolchain']}/ (docs/records/README.md).\n")
     message = description(plan, changed, comparison, gains, check)
     commit = commit_on_new_branch(root, branch, head_commit(root), files, message)
     print(message)
-    print(f"mha-ci tune: branch {branch} at {commit[:12]} ({len(files)} files); reports in {paths['html'].parent}")
+    print(f"mha-ci tune: branch {branch} at {commit[:12]} ({len(files)} files); report in {staged} (not committed)")
     return ExitCode.OK
 
 

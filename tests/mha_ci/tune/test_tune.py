@@ -15,7 +15,8 @@ from mha_ci.perf.buckets import bucket_of, select_bucket
 from mha_ci.tune import outdir, plan, prune, rules, select, space, targets
 
 ROOT = Path(__file__).resolve().parents[3]
-REPORT = ROOT / "docs/records/2026-11-29-h200-perf-study/sm90/reports/golden-3.4-vs-tot-3.8-full/compare.json"
+# the regressed rows of the 2026-11-29 record's golden-3.4-vs-tot-3.8-full/compare.json
+REPORT = ROOT / "tests/fixtures/tune/golden-3.4-vs-tot-3.8-full.compare.json"
 FWD = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
 KEYS = {"forward": {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "warp_specialize"},
         "backward": {"BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps", "num_stages"}}
@@ -308,7 +309,7 @@ def _git(repo, *args):
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
-def test_propose_makes_a_branch_with_config_records_and_report(tmp_path, monkeypatch, tune_repo):
+def test_propose_makes_a_branch_with_config_and_records_and_keeps_the_report_in_out(tmp_path, monkeypatch, tune_repo):
     from mha_ci.tune import proposal
 
     repo = tune_repo
@@ -345,12 +346,13 @@ def test_propose_makes_a_branch_with_config_records_and_report(tmp_path, monkeyp
     files = _git(repo, "show", "--name-only", "--format=", "tune/test").split()
     assert "src/mha/configs/sm90-MHA-DEFAULT.json" in files
     assert "perf_baselines/code_objects/triton-3.8.json" in files
-    assert any(f.endswith("/compare.json") for f in files) and any(f.endswith("/proposal.json") for f in files)
+    assert not any(f.startswith("docs/") for f in files)      # the report stays under --out
+    assert {"compare.json", "compare.md", "proposal.json", "README.md"} <= {p.name for p in (out / "proposal").iterdir()}
     shipped = json.loads(_git(repo, "show", "tune/test:src/mha/configs/sm90-MHA-DEFAULT.json"))
     assert shipped["forward"]["small_head"] == new and shipped["guards"]
     message = _git(repo, "log", "-1", "--format=%B", "tune/test")
     assert "s1: +4.0 % -> -0.2 %" in message and "NOT RUN" in message
-    summary = json.loads(_git(repo, "show", f"tune/test:{next(f for f in files if f.endswith('proposal.json'))}"))
+    summary = json.loads((out / "proposal" / "proposal.json").read_text())
     assert summary["recovered"][0]["recovered"] is True
 
 
