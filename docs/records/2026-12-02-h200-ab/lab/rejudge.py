@@ -70,7 +70,10 @@ def main() -> int:
     nm = unpack(RECORDS / "2026-12-02-h200-numerics" / "raw" / "call2-aa-3.8.tgz", tmp / "nm")
     aa2 = next((c4 / "r" / "aa2").glob("perf-*"))
     nm_aa = next((nm / "r" / "aa").glob("perf-*"))
-    bg = RECORDS / "2026-12-01-h200-backward-gate" / "runs"
+    # that record keeps its raw documents as runs.tar.xz (docs/records/README.md)
+    with tarfile.open(RECORDS / "2026-12-01-h200-backward-gate" / "runs.tar.xz") as t:
+        t.extractall(tmp / "bg", filter="data")
+    bg = next(p.parent for p in (tmp / "bg").rglob("against-aa-base.json"))
     runs = [aa2 / "perf-base.json", aa2 / "perf-head.json",
             pairs / "prjob-same-code-base.json", pairs / "prjob-same-code-head.json",
             bg / "against-aa-base.json", bg / "against-aa-head.json",
