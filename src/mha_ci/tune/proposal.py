@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -20,12 +19,13 @@ from mha_ci.cache import cache_root
 from mha_ci.checksums import verify as checksums_job
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
 from mha_ci.executors import make_executor
+from mha_ci.git import LONG_TIMEOUT_S, commit_on_new_branch, head_commit, remove_worktree
+from mha_ci.git import run as run_git
 from mha_ci.model.loader import load_pipeline
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.perf import report
 from mha_ci.perf.compare import compare
 from mha_ci.perf.config import gate_policy
-from mha_ci.refresh.branch import commit_on_new_branch, head_commit
 from mha_ci.tune import outdir, session
 
 REPORT_DIR = "docs/records/{date}-tune-{arch}-{toolchain}"
@@ -82,8 +82,7 @@ def recovered(plan: dict, rows: dict) -> list[dict]:
 def records_for(root: Path, plan: dict, changed: dict, scratch: Path, executor_name: str) -> dict[str, bytes]:
     """perf_baselines/code_objects/<toolchain>.json of every toolchain, with the changed buckets'
     records recomputed from a detached worktree holding the new config."""
-    subprocess.run(["git", "-C", str(root), "worktree", "add", "--quiet", "--detach", str(scratch), "HEAD"],
-                   check=True, capture_output=True)
+    run_git(root, "worktree", "add", "--quiet", "--detach", str(scratch), "HEAD", check=True, timeout=LONG_TIMEOUT_S)
     config = scratch / "src" / "mha" / "configs" / f"{plan['arch']}-MHA-DEFAULT.json"
     config.write_text(session.proposed_config_text(config.read_text(), plan["pass"], changed))
     pipeline = load_pipeline(scratch)
@@ -139,7 +138,7 @@ def propose(pipeline: Pipeline, out: Path, branch: str | None, executor_name: st
     try:
         files = records_for(root, plan, changed, scratch, executor_name)
     finally:
-        subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(scratch)], capture_output=True)
+        remove_worktree(root, scratch)
         shutil.rmtree(scratch.parent, ignore_errors=True)
     for name in ("compare.json", "compare.md", "proposal.json"):
         if (staged / name).is_file():
