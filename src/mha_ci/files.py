@@ -71,6 +71,8 @@ def write_atomic(path: Path, text: str | bytes) -> None:
         raise EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(handle, "wb") as stream:
+            # mkstemp makes the file 0600; the result is an ordinary file, as a plain write makes it.
+            os.fchmod(stream.fileno(), 0o666 & ~_umask())
             stream.write(text.encode("utf-8") if isinstance(text, str) else text)
             stream.flush()
             os.fsync(stream.fileno())
@@ -79,6 +81,19 @@ def write_atomic(path: Path, text: str | bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask sets it, for every thread at once)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager

@@ -50,6 +50,7 @@ from mha_ci import git
 from mha_ci.baselines import accuracy_baseline, code_objects, perf_baseline, test_durations
 from mha_ci.checksums.records import SCHEMA as CODEOBJ_SCHEMA
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
+from mha_ci.files import write_atomic
 from mha_ci.model.perf_schema import PerfFile
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Arch, Toolchain
@@ -428,7 +429,7 @@ def _publish(out_dir: Path, texts: dict[str, str]) -> list[str]:
     moved: list[Path] = []
     try:
         for name, text in texts.items():
-            (staging / name).write_text(text)
+            write_atomic(staging / name, text)
         for name in texts:
             os.replace(staging / name, out_dir / name)
             moved.append(out_dir / name)

@@ -19,6 +19,7 @@ from mha_ci.cache import cache_root
 from mha_ci.checksums import verify as checksums_job
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
 from mha_ci.executors import make_executor
+from mha_ci.files import write_atomic
 from mha_ci.git import LONG_TIMEOUT_S, commit_on_new_branch, head_commit, remove_worktree
 from mha_ci.git import run as run_git
 from mha_ci.model.loader import load_pipeline
@@ -84,7 +85,7 @@ def records_for(root: Path, plan: dict, changed: dict, scratch: Path, executor_n
     records recomputed from a detached worktree holding the new config."""
     run_git(root, "worktree", "add", "--quiet", "--detach", str(scratch), "HEAD", check=True, timeout=LONG_TIMEOUT_S)
     config = scratch / "src" / "mha" / "configs" / f"{plan['arch']}-MHA-DEFAULT.json"
-    config.write_text(session.proposed_config_text(config.read_text(), plan["pass"], changed))
+    write_atomic(config, session.proposed_config_text(config.read_text(), plan["pass"], changed))
     pipeline = load_pipeline(scratch)
     arch = pipeline.archs[plan["arch"]]
     cpu_arch = next((a for a in pipeline.archs.values() if a.device == "none"), None)
