@@ -57,10 +57,10 @@ def read_capped(path: Path, what: str, max_bytes: int) -> bytes:
     return data
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` all at once: a temporary file beside it, then a rename. An
-    OSError (no space left, read-only, quota) is EnvironmentProblem (exit 3); `path` keeps its
-    previous content and no temporary file stays behind."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Replace `path` with `text` (UTF-8, or bytes as they are) all at once: a temporary file
+    beside it, flushed to disk, then a rename. An OSError (no space left, read-only, quota) is
+    EnvironmentProblem (exit 3); `path` keeps its previous content and no temporary file stays behind."""
     path = Path(path)
     # The rename would replace a FIFO or a device silently, and fail on a folder: each is a
     # usage error naming the path.
@@ -70,8 +70,10 @@ def write_atomic(path: Path, text: str) -> None:
     except OSError as exc:
         raise EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
+        with os.fdopen(handle, "wb") as stream:
+            # mkstemp makes the file 0600; the result is an ordinary file, as a plain write makes it.
+            os.fchmod(stream.fileno(), 0o666 & ~_umask())
+            stream.write(text.encode("utf-8") if isinstance(text, str) else text)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temp, path)
@@ -79,6 +81,19 @@ def write_atomic(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask sets it, for every thread at once)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager

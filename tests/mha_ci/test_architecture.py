@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
-FOUNDATION = {"errors", "files", "baselines", "cache", "crash", "__init__"}
+FOUNDATION = {"errors", "files", "git", "baselines", "cache", "crash", "__init__"}
 # Folders of mha_ci that orchestrate a run or present it: the domain below never imports them.
 ABOVE_THE_DOMAIN = {"cli", "__main__", "commands", "jobs", "reports", "export", "payloads"}
 # Modules that need what only a toolchain environment or an optional install has.

@@ -4,8 +4,8 @@ A forward shape launches the forward kernel; a backward shape (`_bwd`) times the
 which launches bwd_preprocess, bwd_dkdv and bwd_dq (the forward it needs runs untimed). Each
 distinct compile problem of the shapes (dtype, head dims and the flags that change generated
 code: causal, bounded window sides, sink, dropout, varlen) is compiled ahead of time for the arch
-with the commit's own configs, through the tune compile payload (mha_ci.tune.plan.compile_candidates,
-an empty override: the shipped config) and so through the checksums compile cache, whose key
+with the commit's own configs, through the tune compile payload
+(mha_ci.checksums.candidates.compile_candidates, an empty override: the shipped config) and so through the checksums compile cache, whose key
 covers the kernel package's sources: a second bisect over the same commits compiles nothing.
 
 The code object is the canonical aligned launch's (mha_ci.checksums.variants); host-side changes
@@ -22,7 +22,7 @@ from typing import Callable
 from mha_ci.bisect.commits import Commit
 from mha_ci.errors import EnvironmentProblem
 from mha_ci.perf.base_checkout import materialise
-from mha_ci.tune.plan import compile_candidates
+from mha_ci.checksums.candidates import compile_candidates
 
 PASS_KERNELS = {"fwd": ("fwd",), "bwd": ("bwd_preprocess", "bwd_dkdv", "bwd_dq")}
 CONFIG_PASS = {"fwd": "forward", "bwd": "backward"}

@@ -5,11 +5,13 @@ was on main, one commit per merge; a merge's side branch is searched as that one
 """
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from mha_ci.errors import ConfigError, EnvironmentProblem
+from mha_ci.git import LONG_TIMEOUT_S
+from mha_ci.git import run as run_git
 
 KERNEL_TREE = "src/mha"
 # What the report's diff stat shows of the first commit that moved: the code, and the stored
@@ -31,11 +33,8 @@ class Commit:
         return cls(data["sha"], data["subject"], data["tree"])
 
 
-def git(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=300)
-    except FileNotFoundError:
-        raise EnvironmentProblem("perf bisect needs git on the PATH") from None
+# mha_ci.git.run as bisect runs it: over a range of history, and saying who needs git.
+_git = partial(run_git, timeout=LONG_TIMEOUT_S, unavailable="perf bisect needs git on the PATH")
 
 
 def commit_range(repo: Path, good: str, bad: str) -> list[Commit]:
@@ -43,23 +42,23 @@ def commit_range(repo: Path, good: str, bad: str) -> list[Commit]:
     error when good is not an ancestor of bad or is bad itself (nothing to search)."""
     if good == bad:
         raise ConfigError(f"--good and --bad name the same commit {good[:12]}: nothing to search", key="--bad")
-    if git(repo, "merge-base", "--is-ancestor", good, bad).returncode != 0:
+    if _git(repo, "merge-base", "--is-ancestor", good, bad).returncode != 0:
         raise ConfigError(f"--good {good[:12]} is not an ancestor of --bad {bad[:12]}: bisect searches the "
                           "history between them (swap them, or pick a good commit on bad's history)", key="--good")
-    listed = git(repo, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}")
+    listed = _git(repo, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}")
     if listed.returncode != 0:
         raise EnvironmentProblem(f"git rev-list {good[:12]}..{bad[:12]} failed: {listed.stderr.strip()}")
     return [describe(repo, sha) for sha in [good, *listed.stdout.split()]]
 
 
 def describe(repo: Path, sha: str) -> Commit:
-    subject = git(repo, "log", "-1", "--format=%s", sha).stdout.strip()
-    tree = git(repo, "rev-parse", "--verify", "--quiet", f"{sha}:{KERNEL_TREE}")
+    subject = _git(repo, "log", "-1", "--format=%s", sha).stdout.strip()
+    tree = _git(repo, "rev-parse", "--verify", "--quiet", f"{sha}:{KERNEL_TREE}")
     # A commit without the kernel package has no build; its tree is named so that it stays apart.
     return Commit(sha, subject, tree.stdout.strip() if tree.returncode == 0 else f"no {KERNEL_TREE}")
 
 
 def diff_stat(repo: Path, sha: str) -> str:
     """`git diff --stat` of `sha` against its first parent, limited to STAT_PATHS."""
-    done = git(repo, "diff", "--stat", f"{sha}^1", sha, "--", *STAT_PATHS)
+    done = _git(repo, "diff", "--stat", f"{sha}^1", sha, "--", *STAT_PATHS)
     return done.stdout.rstrip() if done.returncode == 0 else f"(git diff failed: {done.stderr.strip()})"

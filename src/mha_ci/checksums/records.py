@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mha_ci.errors import ConfigError
-from mha_ci.files import read_capped, unique_keys
+from mha_ci.files import read_capped, unique_keys, write_atomic
 
 SCHEMA = "mha-ci.codeobj/1"
 
@@ -246,21 +244,7 @@ def dump(codeobjs: CodeObjectFile, path: Path, stored: bool = False) -> None:
     update) never sees half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(codeobjs.to_json(stored), indent=1, sort_keys=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)       # mkstemp makes 0600; a stored baseline is an ordinary file
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, json.dumps(codeobjs.to_json(stored), indent=1, sort_keys=False) + "\n")
 
 
 def merge(stored: CodeObjectFile | None, fresh: CodeObjectFile, archs, only: str | None = None) -> CodeObjectFile:

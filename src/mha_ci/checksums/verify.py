@@ -26,6 +26,7 @@ from mha_ci.checksums import records as records_mod
 from mha_ci.checksums.diff import Difference, compare, render
 from mha_ci.checksums.explain import explain
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
+from mha_ci.files import write_atomic
 from mha_ci.executors.base import Executor, PayloadRun
 from mha_ci.model.lockfile import lock_sha256
 from mha_ci.model.types import Arch, Toolchain
@@ -285,7 +286,7 @@ def write_verdict(out_dir: Path, verdict: Verdict) -> list[Path]:
     base.mkdir(parents=True, exist_ok=True)
     text, data = base / f"{verdict.toolchain}.verify.txt", base / f"{verdict.toolchain}.verify.json"
     text.write_text(verdict.table)
-    data.write_text(json.dumps(verdict.to_json(), indent=1) + "\n")
+    write_atomic(data, json.dumps(verdict.to_json(), indent=1) + "\n")
     return [text, data]
 
 

@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 from mha_ci.checksums import verify as checksums_job
+from mha_ci.commands.options import EXECUTORS
 from mha_ci.errors import ConfigError, ExitCode
 from mha_ci.executors import make_executor
 from mha_ci.model.loader import load_pipeline
@@ -50,7 +51,7 @@ def register(sub) -> None:
                         "update: rewrite those records")
     p.add_argument("--toolchain", action="append", default=None, help="toolchain name, or 'host' (repeatable)")
     p.add_argument("--arch", action="append", default=None, help="arch with a compile target (repeatable)")
-    p.add_argument("--executor", choices=("venv", "docker", "host"), default=None,
+    p.add_argument("--executor", choices=EXECUTORS, default=None,
                    help="where the compile runs (default: venv; host for --toolchain host)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: <root>/out)")
     p.add_argument("--jobs", type=int, default=None, help="compile processes (default: all cores)")

@@ -35,6 +35,7 @@ from collections import Counter
 from pathlib import Path
 
 from mha_ci.cache import cache_root
+from mha_ci.git import commit_or_none, uncommitted, untracked
 from mha_ci.commands.options import (add_executor_option, add_pins_option, check_pins_option, check_target,
                                      local_devices)
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
@@ -52,9 +53,7 @@ from mha_ci.perf.history import history
 from mha_ci.perf.measure import numerics_apply as measure_numerics_apply
 from mha_ci.perf.measure import (measure_against, measure_interleaved, measure_lockstep, measure_repeated,
                                  refresh_measurers, selected_workloads, write_inputs)
-from mha_ci.perf.provenance import git_commit
 from mha_ci.perf.workloads import shapes_document
-from mha_ci.refresh.branch import uncommitted, untracked
 from mha_ci.refresh.core import refresh
 from mha_ci.refresh.measured_code import SOURCE_PATHS, code_mismatch
 
@@ -280,7 +279,7 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
     # One venv (or image) for both sides: the toolchain is the same, only the kernel differs.
     executors = (make_executor(args.executor, base_root, cache=cache_root(args.root), pin_mode=args.pins),
                  make_executor(args.executor, args.root, pin_mode=args.pins))
-    head = os.environ.get("MHA_CI_COMMIT") or git_commit(args.root)
+    head = os.environ.get("MHA_CI_COMMIT") or commit_or_none(args.root)
     print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}: the kernel of "
           f"{args.against} ({sha[:12]}) and of the working tree, taking turns per shape", file=sys.stderr)
     docs = measure_against(executors, (sha, head), pipeline, toolchain, arch, out_dir, rel, kernel=args.kernel,

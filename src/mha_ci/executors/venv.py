@@ -367,7 +367,7 @@ class VenvExecutor(Executor):
                 self._step([sys.executable, "-m", "pip", "--python", python, "install", "--no-input", "--no-deps",
                             "--require-hashes", "--no-index", "--no-compile", "--find-links", wheelhouse,
                             "-r", str(toolchain.lock)], log, log_path, toolchain)
-            (temp / MARKER).write_text(json.dumps({
+            write_atomic(temp / MARKER, json.dumps({
                 "toolchain": toolchain.name, "platform": toolchain.platform, "lock": str(toolchain.lock), "lock_sha256": lock_sha256(toolchain.lock),
                 "base_python": self.base_python, "base_python_version": self._base_version(),
                 "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -21,6 +21,7 @@ import json
 import time
 
 from mha_ci.errors import ConfigError, ExitCode
+from mha_ci.files import write_atomic
 from mha_ci.executors.base import PayloadRun
 from mha_ci.jobs import JobResult
 from mha_ci.jobs.context import JobContext
@@ -43,7 +44,7 @@ def run_job(job: Job, ctx: JobContext) -> JobResult:
     backend, target_arch, warp = arch.compile_target
     report_rel, junit_rel, known_rel = f"{rel}/report.json", f"junit/{job.id}.xml", f"{rel}/known_failures.json"
     known = [{"test": k.test, "reason": k.reason} for k in pipeline.known_failures_for(arch.name, toolchain.name)]
-    (out_dir / known_rel).write_text(json.dumps(known, indent=2) + "\n")
+    write_atomic(out_dir / known_rel, json.dumps(known, indent=2) + "\n")
     for stale in (out_dir / report_rel, out_dir / junit_rel):
         stale.unlink(missing_ok=True)
     args = ("run", "--target", f"{arch.name}={backend}:{target_arch}:{warp}", "--shard", str(index),

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mha_ci.baselines import accuracy_baseline, perf_baseline
 from mha_ci.errors import ExitCode
+from mha_ci.git import commit_or_none
 from mha_ci.jobs import JobResult
 from mha_ci.jobs.context import JobContext
 from mha_ci.model.types import Job
@@ -28,7 +29,6 @@ from mha_ci.executors import make_executor
 from mha_ci.perf.base_checkout import resolve_base, unchanged_host
 from mha_ci.perf.config import against_policy
 from mha_ci.perf.measure import measure_against, measure_repeated, write_inputs
-from mha_ci.perf.provenance import git_commit
 
 
 def run_job(job: Job, ctx: JobContext) -> JobResult:
@@ -111,7 +111,7 @@ def _against(job: Job, ctx: JobContext, pipeline, rel: str, count: int, started:
         base_commit = resolve_base(root, str(ctx.options.perf_against), job_dir / "base-checkout")
         base_executor = make_executor(ctx.executor.name, job_dir / "base-checkout", cache=cache_root(root),
                                       pin_mode=ctx.executor.pin_mode)
-        docs = measure_against((base_executor, ctx.executor), (base_commit, git_commit(root)), pipeline,
+        docs = measure_against((base_executor, ctx.executor), (base_commit, commit_or_none(root)), pipeline,
                                job.toolchain, job.arch, out_dir, rel)
     except (EnvironmentProblem, MhaCiError) as exc:
         result.exit_code = ExitCode.ENVIRONMENT_ERROR if isinstance(exc, EnvironmentProblem) else ExitCode.GATE_FAILED

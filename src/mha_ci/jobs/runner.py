@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import platform
-import subprocess
 import sys
 import time
 import traceback
@@ -47,6 +46,7 @@ from typing import Callable, Sequence, TextIO
 import mha_ci
 from mha_ci.errors import ExitCode, MhaCiError, interruption
 from mha_ci.files import storage_failure, write_atomic
+from mha_ci.git import commit_or_none, output_or_none
 from mha_ci.jobs import JobResult
 from mha_ci.jobs import checksums as checksums_kind
 from mha_ci.jobs import memcheck as memcheck_kind
@@ -223,20 +223,12 @@ def run_provenance(pipeline: Pipeline, executor: str, pin_mode: str = "enforce")
         "python": platform.python_version(),
         "platform": platform.platform(),
         "host": platform.node(),
-        "commit": _git(root, "rev-parse", "HEAD"),
-        "dirty": bool(_git(root, "status", "--porcelain", "--untracked-files=no")),
+        "commit": commit_or_none(root),
+        "dirty": bool((output_or_none(root, "status", "--porcelain", "--untracked-files=no") or "").strip()),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "toolchains": {name: {"lock": _relative(tc.lock, root), "pins": {k: tc.pins[k] for k in ("torch", "triton", "numpy") if k in tc.pins}}
                        for name, tc in pipeline.toolchains.items()},
     }
-
-
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def _relative(path: Path, root: Path) -> str:

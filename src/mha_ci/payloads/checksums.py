@@ -60,6 +60,7 @@ from mha_ci.checksums.compile import (CompileTarget, ToolchainEnvironmentError, 
                                       compile_task, prepare_environment)
 from mha_ci.checksums.records import CodeObjectFile, CodeObjectRecord, RecordFileError, dump, error_summary, load
 from mha_ci.checksums.variants import closest_keys, enumerate_variants
+from mha_ci.files import write_atomic
 from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_OK, EXIT_USAGE, out_path, pincheck, run_guarded
 
 RECHECK_SHARE = 0.05
@@ -402,7 +403,7 @@ def sample(args) -> int:
         if variant.key in wanted:
             result = compile_task(variant.task)
             hashes[variant.key] = result.sha256 or f"error: {result.error}"
-    Path(args.out).write_text(json.dumps(hashes, indent=1, sort_keys=True))
+    write_atomic(Path(args.out), json.dumps(hashes, indent=1, sort_keys=True))
     return EXIT_OK
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from mha_ci.checksums.compile import CompileTarget
 from mha_ci.checksums.variants import enumerate_variants, problem_matrix
+from mha_ci.files import write_atomic
 from mha_ci.payloads import (EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_NO_RESULT, EXIT_OK, out_path, pincheck,
                              run_guarded, sanitizer)
 
@@ -268,7 +269,7 @@ def run(args) -> int:
     logs = out_path(args.logs)
     logs.mkdir(parents=True, exist_ok=True)
     problems_file = logs / "problems.json"
-    problems_file.write_text(json.dumps({p["label"]: p["problem"] for p in mine}, indent=1) + "\n")
+    write_atomic(problems_file, json.dumps({p["label"]: p["problem"] for p in mine}, indent=1) + "\n")
     in_shard = sum(len(p["variants"]) for p in mine)
     _log(f"{plan['arch']}: {plan['variants']} variants in {len(plan['points'])} problems; shard {args.shard} of "
          f"{args.shards}: {len(mine)} problems, {in_shard} variants; tools {', '.join(tools)}; "
@@ -300,7 +301,7 @@ def run(args) -> int:
               "wall_s": round(time.monotonic() - started, 2)}
     path = out_path(args.report)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
     _junit(out_path(args.junit), f"memcheck-{plan['arch']}", self_tests, results, missing)
     failed = [t for t in self_tests if t["status"] != "seen"] or \
         [r for r in results if r["status"] not in ("clean", "known")]

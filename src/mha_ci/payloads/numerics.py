@@ -35,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+from mha_ci.files import write_atomic
 from mha_ci.payloads import EXIT_NO_RESULT, EXIT_OK, out_path
 
 OUTPUT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     result = compare_saved(torch, base, head, device)
     out = out_path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_atomic(out, json.dumps(result, indent=1) + "\n")
     print(f"numerics payload: {len(result)} shape(s) compared -> {out}", file=sys.stderr)
     return EXIT_OK if result else EXIT_NO_RESULT
 

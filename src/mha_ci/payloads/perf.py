@@ -81,6 +81,7 @@ import sys
 import time
 from pathlib import Path
 
+from mha_ci.files import write_atomic
 from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_NO_RESULT, EXIT_OK, numerics, out_path, pincheck
 from mha_ci.perf import lockstep
 from mha_ci.perf import provenance as prov
@@ -545,12 +546,12 @@ def _measure_all(args, pins, shapes_doc, method, entries, lock) -> int:
            "results": results}
     out = out_path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
+    write_atomic(out, json.dumps(doc, indent=1) + "\n")
     if args.dump_dispatches:
         dump = out_path(args.dump_dispatches)
         dump.parent.mkdir(parents=True, exist_ok=True)
-        dump.write_text(json.dumps({"schema": DISPATCHES_SCHEMA, "method": method.to_dict(),
-                                    "provenance": provenance, "shapes": dumps}) + "\n")
+        write_atomic(dump, json.dumps({"schema": DISPATCHES_SCHEMA, "method": method.to_dict(),
+                                       "provenance": provenance, "shapes": dumps}) + "\n")
     print(f"perf payload: {len(results) - failures}/{len(results)} shapes measured, {failures} failed -> {out}",
           file=sys.stderr)
     return EXIT_NO_RESULT if results and failures == len(results) else EXIT_OK

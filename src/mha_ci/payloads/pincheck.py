@@ -20,6 +20,7 @@ import platform
 import re
 import sys
 
+from mha_ci.files import write_atomic
 from mha_ci.payloads import EXIT_ENVIRONMENT, out_path
 
 # Recorded even when not pinned, so results.json always says what the numbers came from.
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.record:
         path = out_path(args.record)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(found, indent=2, sort_keys=True) + "\n")
+        write_atomic(path, json.dumps(found, indent=2, sort_keys=True) + "\n")
     print(json.dumps(found, sort_keys=True))
     return 0
 

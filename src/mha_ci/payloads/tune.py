@@ -48,6 +48,7 @@ from mha_ci.checksums.cache import CompileCache, cache_key, file_digest, tree_di
 from mha_ci.checksums.compile import (CompileResult, CompileTarget, ToolchainEnvironmentError, compile_all,
                                       prepare_environment)
 from mha_ci.checksums.variants import task_for_spec
+from mha_ci.files import write_atomic
 from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_OK, out_path, pincheck, run_guarded
 from mha_ci.payloads.perf import CudaTimer, WallTimer, backward_of, make_inputs, pass_of, pin_report
 from mha_ci.perf import provenance as prov
@@ -133,7 +134,7 @@ def compile_mode(args) -> int:
     compile_all(tasks, args.jobs, progress)
     out = out_path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"triton": triton.__version__, "results": results}, indent=1, sort_keys=True) + "\n")
+    write_atomic(out, json.dumps({"triton": triton.__version__, "results": results}, indent=1, sort_keys=True) + "\n")
     return EXIT_OK
 
 
@@ -262,7 +263,7 @@ def time_mode(args) -> int:
         _log(f"the plan is for {plan['arch']}, but the GPU ({facts['gpu']}) is {facts['arch']}")
         return EXIT_ENVIRONMENT
     meta = out_path(args.results).with_suffix(".provenance.json")
-    meta.write_text(json.dumps({"device": facts, "pins": pins, "started": time.time()}, indent=1, default=str) + "\n")
+    write_atomic(meta, json.dumps({"device": facts, "pins": pins, "started": time.time()}, indent=1, default=str) + "\n")
     timer = CudaTimer(torch, method.l2_flush) if args.device == "cuda" else WallTimer()
     done = done_shapes(results)
     todo = []

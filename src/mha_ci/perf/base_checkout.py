@@ -15,22 +15,22 @@ from __future__ import annotations
 import hashlib
 import io
 import shutil
-import subprocess
 import tarfile
+from functools import partial
 from pathlib import Path
 
-from mha_ci.errors import ConfigError, EnvironmentProblem
+from mha_ci.errors import ConfigError
+from mha_ci.git import LONG_TIMEOUT_S
+from mha_ci.git import run as run_git
 
 KERNEL_PACKAGE = "src/mha"
 HARNESS_PACKAGE = "src/mha_ci"
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
-def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, timeout=120)
-    except FileNotFoundError:
-        raise EnvironmentProblem("--against needs git on the PATH") from None
+# mha_ci.git.run as the base side runs it: bytes (a tar archive of the kernel package), and
+# saying who needs git.
+_git = partial(run_git, text=False, timeout=LONG_TIMEOUT_S, unavailable="--against needs git on the PATH")
 
 
 def resolve(repo: Path, ref: str, option: str = "--against") -> str:

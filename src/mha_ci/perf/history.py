@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import subprocess
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from mha_ci.errors import ConfigError, EnvironmentProblem
+from mha_ci.errors import ConfigError
+from mha_ci.git import LONG_TIMEOUT_S
+from mha_ci.git import run as run_git
 from mha_ci.perf.document import parse_perf
 from mha_ci.perf.history_links import commit_link_template
 from mha_ci.perf.history_steps import DEFAULT_FLOOR_PCT, DEFAULT_K, Step, StepRule, find_step, step_rule
@@ -146,11 +148,10 @@ class History:
 
 # git ----------------------------------------------------------------------------------------
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=300)
-    except FileNotFoundError:
-        raise EnvironmentProblem("perf history reads the baselines' git history: git is not on the PATH") from None
+# mha_ci.git.run as perf history runs it: bytes (a stored document is read as it was committed),
+# over the baselines' history, and saying who needs git.
+_git = partial(run_git, text=False, timeout=LONG_TIMEOUT_S,
+               unavailable="perf history reads the baselines' git history: git is not on the PATH")
 
 
 def _check_checkout(root: Path, rev: str) -> None:

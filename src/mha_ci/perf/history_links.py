@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import html
 import re
-import subprocess
 from pathlib import Path
+
+from mha_ci.git import output_or_none
 
 # https://github.com/o/r(.git), git@github.com:o/r(.git), ssh://git@github.com/o/r(.git)
 _GITHUB = re.compile(r"^(?:https://(?:[^@/]+@)?github\.com/|git@github\.com:|ssh://git@github\.com/)"
@@ -27,12 +28,8 @@ def template_of_url(url: str) -> str | None:
 
 def commit_link_template(root: Path) -> str | None:
     """The template of the checkout's origin; None without a GitHub origin (or without git)."""
-    try:
-        done = subprocess.run(["git", "-C", str(root), "remote", "get-url", "origin"], capture_output=True,
-                              text=True, timeout=60)
-    except (FileNotFoundError, subprocess.TimeoutExpired):
-        return None
-    return template_of_url(done.stdout) if done.returncode == 0 else None
+    url = output_or_none(root, "remote", "get-url", "origin")
+    return template_of_url(url) if url is not None else None
 
 
 def commit_html(sha: str, template: str | None, length: int = 12) -> str:

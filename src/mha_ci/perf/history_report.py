@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mha_ci.files import write_atomic
+
 from mha_ci.perf.history import History, Series, artifact_name
 from mha_ci.perf.history_links import commit_markdown
 from mha_ci.perf.history_page import html_page
@@ -129,7 +131,7 @@ def write_all(h: History, out_dir: Path) -> dict[str, Path]:
     (out_dir / "shapes").mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / "history.json", "md": out_dir / "history.md", "png": out_dir / "overview.png",
              "html": out_dir / "index.html"}
-    paths["json"].write_text(json.dumps(h.to_dict(), indent=1) + "\n")
+    write_atomic(paths["json"], json.dumps(h.to_dict(), indent=1) + "\n")
     paths["md"].write_text(markdown(h))
     paths["png"].write_bytes(overview_png(h))
     for s in h.series:

@@ -13,6 +13,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from mha_ci.git import bytes_or_none, commit_or_none
+
 # One nvidia-smi call gives every field; ROCm machines have no nvidia-smi and get None.
 _SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem",
                "temperature.gpu", "power.draw", "pstate")
@@ -51,22 +53,6 @@ def _number(value: str):
         return None if value in ("", "[N/A]", "N/A") else value
 
 
-def git_commit(root: Path) -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def _git_bytes(root: Path, *args: str) -> bytes | None:
-    try:
-        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout if out.returncode == 0 else None
-
-
 def git_dirty(root: Path) -> str | None:
     """sha256 of the tree's uncommitted change: `git diff HEAD` (binary, so any byte counts) and
     each untracked, not ignored file's path and contents. Two runs of one commit with different
@@ -74,11 +60,11 @@ def git_dirty(root: Path) -> str | None:
     top of a git work tree."""
     # A folder without its own .git (a base checkout written under the repo) would otherwise
     # report the enclosing repo's change as its own.
-    top = _git_bytes(root, "rev-parse", "--show-toplevel")
+    top = bytes_or_none(root, "rev-parse", "--show-toplevel")
     if top is None or Path(top.decode().strip()).resolve() != Path(root).resolve():
         return None
-    diff = _git_bytes(root, "diff", "HEAD", "--binary", "--no-ext-diff", "--no-color")
-    listed = _git_bytes(root, "ls-files", "--others", "--exclude-standard", "-z")
+    diff = bytes_or_none(root, "diff", "HEAD", "--binary", "--no-ext-diff", "--no-color")
+    listed = bytes_or_none(root, "ls-files", "--others", "--exclude-standard", "-z")
     if diff is None or listed is None:
         return None
     untracked = sorted(name for name in listed.split(b"\0") if name)
@@ -121,7 +107,7 @@ def collect(torch, device: str, *, toolchain: str, pins: dict, arch: str | None,
     facts = device_facts(torch, device)
     device_arch = facts.pop("arch")
     start, end = smi_start or {}, smi_end or {}
-    head = git_commit(root)
+    head = commit_or_none(root)
     return {
         **facts,
         "arch": arch or device_arch,

@@ -27,6 +27,8 @@ import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
+from mha_ci.files import write_atomic
+
 from mha_ci.perf import numerics
 from mha_ci.perf.compare import STATUSES, Comparison, ShapeVerdict
 from mha_ci.perf.shapes import PASSES, Shape
@@ -759,7 +761,7 @@ def write_all(c: Comparison, out_dir: Path) -> dict[str, Path]:
     png = plot_png(c)
     paths = {"json": out_dir / "compare.json", "md": out_dir / "compare.md", "text": out_dir / "compare.txt",
              "png": out_dir / "compare.png", "html": out_dir / "compare.html"}
-    paths["json"].write_text(json.dumps(c.to_dict(), indent=1) + "\n")
+    write_atomic(paths["json"], json.dumps(c.to_dict(), indent=1) + "\n")
     paths["md"].write_text(markdown(c))
     paths["text"].write_text(text(c))
     paths["png"].write_bytes(png)

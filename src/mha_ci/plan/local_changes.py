@@ -14,9 +14,10 @@ paths changed.
 """
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from mha_ci.git import output_or_none as _git
 
 # Tried in this order when origin/HEAD is not set (a clone made with `git init` + fetch, or a
 # remote whose HEAD was never fetched). A remote branch first: it is what a pull request targets.
@@ -27,15 +28,6 @@ DEFAULT_BRANCH_CANDIDATES = ("origin/main", "origin/master", "main", "master")
 class LocalChanges:
     paths: tuple[str, ...] | None     # None: every path counts as changed
     note: str                         # one line for the plan output: the base used, or why none
-
-
-def _git(root: Path, *args: str) -> str | None:
-    """stdout of `git -C root ARGS`, or None when git fails or is not installed."""
-    try:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
-    except OSError:
-        return None
-    return done.stdout if done.returncode == 0 else None
 
 
 def default_branch(root: Path) -> str | None:

@@ -18,8 +18,8 @@ A measurement becomes a baseline only when it is one a gate can trust. Refusals,
 
 All toolchains' problems are collected before refusing, so one night's log shows all of them.
 Nothing is written to the repository before every check passed; then everything goes into one
-commit on `baseline-refresh/<date>-<arch>` (mha_ci.refresh.branch; `-<toolchain>` appended when
-only some toolchains are refreshed). When no shape moved beyond
+commit on `baseline-refresh/<date>-<arch>` (mha_ci.git.commit_on_new_branch; `-<toolchain>`
+appended when only some toolchains are refreshed). When no shape moved beyond
 its threshold, no shape came or went and the other refreshed files are unchanged, no branch is
 made (status "unchanged") unless `always` is set: a nightly pull request of pure noise would teach
 people to merge them unread.
@@ -41,15 +41,16 @@ import datetime as _dt
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, NoReturn
 
+from mha_ci import git
 from mha_ci.baselines import accuracy_baseline, code_objects, perf_baseline, test_durations
 from mha_ci.checksums.records import SCHEMA as CODEOBJ_SCHEMA
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
+from mha_ci.files import write_atomic
 from mha_ci.model.perf_schema import PerfFile
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Arch, Toolchain
@@ -59,7 +60,6 @@ from mha_ci.perf.compare import Comparison, GatePolicy, compare
 from mha_ci.perf.config import gate_policy
 from mha_ci.perf.document import SCHEMA as PERF_SCHEMA
 from mha_ci.perf.document import check_perf, load_perf
-from mha_ci.refresh import branch as git_branch
 from mha_ci.refresh import report
 from mha_ci.refresh.remeasure import disturbances, splice
 
@@ -229,7 +229,7 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
             raise ConfigError(f"unknown toolchain '{name}'; known: {', '.join(pipeline.toolchains)}")
     policy = policy or RefreshPolicy.from_perf(pipeline.perf)
     date = (today or _dt.datetime.now(_dt.timezone.utc).date()).isoformat()
-    base_commit = git_branch.head_commit(root)
+    base_commit = git.head_commit(root)
 
     # 1. measure and check everything before anything is written
     measured = _measure_and_check(pipeline, arch_spec, names, measure_fn, remeasure_fn, policy, out_dir,
@@ -268,13 +268,13 @@ def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Pa
     # 3. commit on the new branch, then publish the out files; an interrupt anywhere undoes both
     message = f"{title}\n\nRe-measured by the nightly refresh from {base_commit}.\n" + "".join(
         f"{name}: {len(keys)} shapes moved beyond their threshold; {history[name]}\n" for name, keys in moved.items())
-    commit = git_branch.commit_on_new_branch(root, branch, base_commit, files, message)
+    commit = git.commit_on_new_branch(root, branch, base_commit, files, message)
     result = RefreshResult(status="committed", arch=arch, branch=branch, commit=commit, base_commit=base_commit,
                            files=sorted(files), moved=moved, history=history)
     try:
         result.out_files = _publish(out_dir, _out_texts(result, body, title))
     except BaseException:
-        subprocess.run(["git", "-C", str(root), "branch", "-D", branch], capture_output=True, check=False)
+        git.delete_branch(root, branch)
         raise
     return result
 
@@ -390,7 +390,7 @@ def _another_build(root: Path, old: dict | None, new: dict) -> str | None:
     if not target or not commits:
         return None
     for commit in commits:
-        paths = git_branch.changed_paths(root, commit, target, KERNEL_PATHS)
+        paths = git.changed_paths(root, commit, target, KERNEL_PATHS)
         if paths:
             shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
             return f"the kernel changed since kept run {commit[:12]} ({shown})"
@@ -429,7 +429,7 @@ def _publish(out_dir: Path, texts: dict[str, str]) -> list[str]:
     moved: list[Path] = []
     try:
         for name, text in texts.items():
-            (staging / name).write_text(text)
+            write_atomic(staging / name, text)
         for name in texts:
             os.replace(staging / name, out_dir / name)
             moved.append(out_dir / name)

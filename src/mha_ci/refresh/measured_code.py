@@ -12,16 +12,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mha_ci import git
 from mha_ci.baselines import code_objects
-from mha_ci.refresh import branch as git_branch
 
 SOURCE_PATHS = ("src",)
 
 
 def source_changes(root: Path) -> list[str]:
     """Files under src/ that differ from HEAD, tracked or untracked."""
-    tracked = [p for p in git_branch.uncommitted(root) if p.startswith(tuple(f"{s}/" for s in SOURCE_PATHS))]
-    return tracked + git_branch.untracked(root, SOURCE_PATHS)
+    tracked = [p for p in git.uncommitted(root) if p.startswith(tuple(f"{s}/" for s in SOURCE_PATHS))]
+    return tracked + git.untracked(root, SOURCE_PATHS)
 
 
 def _records(text: str | None, arch: str) -> dict[str, str] | None:
@@ -43,11 +43,11 @@ def code_mismatch(root: Path, doc: dict, toolchain: str, arch: str) -> str | Non
     commit = (doc.get("provenance") or {}).get("commit")
     if not commit:
         return "the measurement names no commit, so its code cannot be checked"
-    head = git_branch.head_commit(root)
+    head = git.head_commit(root)
     if commit == head:
         return None
     path = code_objects(toolchain)
-    theirs = _records(git_branch.file_at(root, commit, path), arch)
+    theirs = _records(git.file_at(root, commit, path), arch)
     if theirs is None:
         return f"commit {commit[:12]} is not in this clone or has no readable {path}: its code cannot be checked"
     ours = _records((Path(root) / path).read_text() if (Path(root) / path).is_file() else None, arch)

@@ -6,14 +6,10 @@ import hashlib
 import time
 from pathlib import Path
 
-from mha_ci.checksums.verify import cache_dir
-from mha_ci.errors import ConfigError, EnvironmentProblem
-from mha_ci.executors.base import PayloadRun
-from mha_ci.model.lockfile import lock_sha256
+from mha_ci.checksums.candidates import compile_candidates
+from mha_ci.errors import ConfigError
 from mha.config import UNMASKED
 from mha_ci.tune import outdir, prune, rules, space, targets
-
-COMPILE_TIMEOUT_S = 4 * 3600
 
 
 def triton_pin(toolchain) -> str | None:
@@ -73,35 +69,6 @@ def build(root: Path, pipeline, arch_name: str, toolchain_name: str, pass_: str,
 def own_config(bucket_cfg: dict) -> dict:
     """The bucket's own config: without its `unmasked` one (targets.own_config_shapes)."""
     return {k: v for k, v in bucket_cfg.items() if k != UNMASKED}
-
-
-def compile_candidates(root: Path, toolchain, arch, pipeline, items: list[dict], executor, out: Path,
-                       jobs: int | None) -> dict:
-    """Run the compile payload on the CPU environment of the toolchain (no GPU needed)."""
-    backend, target_arch, warp = arch.compile_target
-    request = {"targets": {arch.name: f"{backend}:{target_arch}:{warp}"}, "items": items,
-               # the compile stops before code generation above it (prune's "shared" rule)
-               "shared_limits": {arch.name: arch.limits.shared_bytes} if arch.limits else {}}
-    outdir.write_json(Path(out) / "compile" / "request.json", request)
-    result_path = Path(out) / "compile" / "results.json"
-    result_path.unlink(missing_ok=True)
-    env_toolchain = toolchain.on("cpu") if executor.name != "host" else toolchain.on(arch.platform)
-    args = ["compile", "--request", "compile/request.json", "--out", "compile/results.json",
-            "--cache-dir", str(cache_dir(root) / toolchain.name)]
-    if env_toolchain.lock and Path(env_toolchain.lock).is_file():
-        args += ["--lock-sha256", lock_sha256(env_toolchain.lock)]
-    if jobs:
-        args += ["--jobs", str(jobs)]
-    cpu_arch = next((a for a in pipeline.archs.values() if a.device == "none"), arch)
-    result = executor.run(PayloadRun(module="tune", args=tuple(args), toolchain=env_toolchain,
-                                     arch=cpu_arch if executor.name != "host" else arch, out_dir=Path(out),
-                                     timeout_s=COMPILE_TIMEOUT_S, log_prefix=f"tune compile {toolchain.name}",
-                                     caches=(cache_dir(root) / toolchain.name,)))
-    data = outdir.read_json(result_path)
-    if result.exit_code != 0 or data is None:
-        raise EnvironmentProblem(f"the tune compile payload ({toolchain.name}) produced no result "
-                                 f"(exit {result.exit_code}{', ' + result.error if result.error else ''})")
-    return data
 
 
 def render(plan: dict) -> str:

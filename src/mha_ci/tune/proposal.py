@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -22,12 +21,14 @@ from mha_ci.cache import cache_root
 from mha_ci.checksums import verify as checksums_job
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
 from mha_ci.executors import make_executor
+from mha_ci.files import write_atomic
+from mha_ci.git import LONG_TIMEOUT_S, commit_on_new_branch, head_commit, remove_worktree
+from mha_ci.git import run as run_git
 from mha_ci.model.loader import load_pipeline
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.perf import report
 from mha_ci.perf.compare import compare
 from mha_ci.perf.config import gate_policy
-from mha_ci.refresh.branch import commit_on_new_branch, head_commit
 from mha_ci.tune import outdir, session
 
 class ProposalRefused(MhaCiError):
@@ -81,10 +82,9 @@ def recovered(plan: dict, rows: dict) -> list[dict]:
 def records_for(root: Path, plan: dict, changed: dict, scratch: Path, executor_name: str) -> dict[str, bytes]:
     """perf_baselines/code_objects/<toolchain>.json of every toolchain, with the changed buckets'
     records recomputed from a detached worktree holding the new config."""
-    subprocess.run(["git", "-C", str(root), "worktree", "add", "--quiet", "--detach", str(scratch), "HEAD"],
-                   check=True, capture_output=True)
+    run_git(root, "worktree", "add", "--quiet", "--detach", str(scratch), "HEAD", check=True, timeout=LONG_TIMEOUT_S)
     config = scratch / "src" / "mha" / "configs" / f"{plan['arch']}-MHA-DEFAULT.json"
-    config.write_text(session.proposed_config_text(config.read_text(), plan["pass"], changed))
+    write_atomic(config, session.proposed_config_text(config.read_text(), plan["pass"], changed))
     pipeline = load_pipeline(scratch)
     arch = pipeline.archs[plan["arch"]]
     cpu_arch = next((a for a in pipeline.archs.values() if a.device == "none"), None)
@@ -137,7 +137,7 @@ def propose(pipeline: Pipeline, out: Path, branch: str | None, executor_name: st
     try:
         files = records_for(root, plan, changed, scratch, executor_name)
     finally:
-        subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(scratch)], capture_output=True)
+        remove_worktree(root, scratch)
         shutil.rmtree(scratch.parent, ignore_errors=True)
     (staged / "README.md").write_text(f"# mha-ci tune: {plan['arch']}, {plan['toolchain']} ({date})\n\n"
                                       f"Made by `mha-ci tune` and `mha-ci tune propose --from {out}` (branch "

@@ -257,7 +257,7 @@ def test_shared_memory_gate_stops_before_the_stage_after_the_allocation():
 
 def test_tune_asks_the_compile_to_stop_at_the_arch_shared_limit(pipeline_root, tmp_path):
     from mha_ci.model.loader import load_pipeline
-    from mha_ci.tune.plan import compile_candidates
+    from mha_ci.checksums.candidates import compile_candidates
 
     pipeline = load_pipeline(pipeline_root)
 

@@ -1,6 +1,7 @@
 """What a report says was measured: the commit, and a hash of any uncommitted change on top."""
 import subprocess
 
+from mha_ci.git import commit_or_none
 from mha_ci.perf import provenance, report
 from mha_ci.perf.compare import compare
 
@@ -82,7 +83,7 @@ def test_a_measurement_records_the_change_of_the_tree_it_ran_from(tmp_path):
                                   kernel="mha", planted_pct=0.0, smi_start=None, smi_end=None)
 
     assert measured(None)["dirty"] == provenance.git_dirty(root) is not None
-    head = provenance.git_commit(root)
+    head = commit_or_none(root)
     assert measured(head)["dirty"] == provenance.git_dirty(root)
     # a commit handed in that is not this tree's HEAD: this tree's change is not its change
     assert measured("0" * 40)["dirty"] is None

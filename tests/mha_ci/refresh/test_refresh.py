@@ -15,7 +15,7 @@ from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
 from mha_ci.jobs.context import JobContext
 from mha_ci.model.loader import load_pipeline
 from mha_ci.refresh import RefreshRefused, refresh
-from mha_ci.refresh import branch as git_branch
+from mha_ci import git as git_branch
 from mha_ci.refresh.core import RefreshPolicy
 from perf_builders import gate
 
@@ -167,7 +167,7 @@ def test_reports_every_toolchains_problems_at_once(repo, scratch):
 
 def test_interrupted_mid_write_leaves_nothing_behind(repo, scratch, monkeypatch):
     before = snapshot(repo)
-    real_write, calls = git_branch._write_atomic, []
+    real_write, calls = git_branch._write_file, []
 
     def interrupted(path, data):
         calls.append(path)
@@ -175,7 +175,7 @@ def test_interrupted_mid_write_leaves_nothing_behind(repo, scratch, monkeypatch)
             raise KeyboardInterrupt
         real_write(path, data)
 
-    monkeypatch.setattr(git_branch, "_write_atomic", interrupted)
+    monkeypatch.setattr(git_branch, "_write_file", interrupted)
     # The refresh's scratch worktree goes under a temp root of this test alone: another test
     # running at the same time (pytest-xdist) makes its own under the system one.
     temp_root = scratch / "tmp"

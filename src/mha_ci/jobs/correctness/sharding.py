@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from mha_ci.files import write_atomic
+
 DURATIONS_SCHEMA = "mha-ci.durations/1"
 UNKNOWN_DEFAULT_S = 1.0
 
@@ -97,4 +99,4 @@ def write_durations(path: Path, durations: dict[str, float], *, arch: str, toolc
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"schema": DURATIONS_SCHEMA, "arch": arch, "toolchains": sorted(set(toolchains)), "provenance": provenance,
             "durations": {k: round(v, 4) for k, v in sorted(durations.items())}}
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
