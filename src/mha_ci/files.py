@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
+import json
 import os
 import shutil
 import stat
@@ -55,6 +57,25 @@ def read_capped(path: Path, what: str, max_bytes: int) -> bytes:
     if len(data) > max_bytes:
         raise ConfigError(f"{what} has more than the {max_bytes} allowed bytes", file=str(path))
     return data
+
+
+def read_json(path: Path) -> dict | None:
+    """A JSON file written by one of our own steps (a payload's result), or None when it is
+    missing or not JSON: the caller says what that means."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def tree_digest(package_dir: Path) -> str:
+    """sha256 of a package's Python sources: every .py under it, path-relative, caches left out."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(package_dir).rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        digest.update(str(path.relative_to(package_dir)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def write_atomic(path: Path, text: str | bytes) -> None:

@@ -37,17 +37,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from mha_ci.files import tree_digest
+
 CACHE_FORMAT = 1
 IN_USE = ".in-use.lock"      # in each toolchain's folder: shared by runs, exclusive for prune
-
-
-def tree_digest(package_dir: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(Path(package_dir).rglob("*.py")):
-        if "__pycache__" in path.parts:
-            continue
-        digest.update(str(path.relative_to(package_dir)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 def module_sources_digest(package_dir: Path, module: str) -> str:

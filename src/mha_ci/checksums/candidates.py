@@ -10,7 +10,7 @@ from pathlib import Path
 from mha_ci.checksums.verify import cache_dir
 from mha_ci.errors import EnvironmentProblem
 from mha_ci.executors.base import PayloadRun
-from mha_ci.files import write_atomic
+from mha_ci.files import read_json, write_atomic
 from mha_ci.model.lockfile import lock_sha256
 
 COMPILE_TIMEOUT_S = 4 * 3600
@@ -40,15 +40,8 @@ def compile_candidates(root: Path, toolchain, arch, pipeline, items: list[dict],
                                      arch=cpu_arch if executor.name != "host" else arch, out_dir=Path(out),
                                      timeout_s=COMPILE_TIMEOUT_S, log_prefix=f"tune compile {toolchain.name}",
                                      caches=(cache_dir(root) / toolchain.name,)))
-    data = _read_json(result_path)
+    data = read_json(result_path)
     if result.exit_code != 0 or data is None:
         raise EnvironmentProblem(f"the tune compile payload ({toolchain.name}) produced no result "
                                  f"(exit {result.exit_code}{', ' + result.error if result.error else ''})")
     return data
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None

@@ -55,7 +55,8 @@ from pathlib import Path
 
 os.environ["TRITON_DISABLE_LINE_INFO"] = "1"   # before anything imports triton (docs/facts.md: the line-info path leak)
 
-from mha_ci.checksums.cache import CompileCache, cache_key, module_sources_digest, tree_digest
+from mha_ci.checksums.cache import CompileCache, cache_key, module_sources_digest
+from mha_ci.files import tree_digest
 from mha_ci.checksums.compile import (CompileTarget, ToolchainEnvironmentError, cleanup_triton_cache, compile_all,
                                       compile_task, prepare_environment)
 from mha_ci.checksums.records import CodeObjectFile, CodeObjectRecord, RecordFileError, dump, error_summary, load

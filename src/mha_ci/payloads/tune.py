@@ -44,7 +44,8 @@ from pathlib import Path
 
 os.environ.setdefault("TRITON_DISABLE_LINE_INFO", "1")   # as the checksums payload: line info leaks paths
 
-from mha_ci.checksums.cache import CompileCache, cache_key, file_digest, tree_digest
+from mha_ci.checksums.cache import CompileCache, cache_key, file_digest
+from mha_ci.files import tree_digest
 from mha_ci.checksums.compile import (CompileResult, CompileTarget, ToolchainEnvironmentError, compile_all,
                                       prepare_environment)
 from mha_ci.checksums.variants import task_for_spec

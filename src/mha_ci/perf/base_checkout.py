@@ -12,7 +12,6 @@ timer, statistics) measures both kernels and only the kernel differs between the
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import shutil
 import tarfile
@@ -20,6 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from mha_ci.errors import ConfigError
+from mha_ci.files import tree_digest
 from mha_ci.git import LONG_TIMEOUT_S
 from mha_ci.git import run as run_git
 
@@ -66,21 +66,11 @@ def materialise_folder(repo: Path, folder: Path, dest: Path) -> str:
     return _with_harness(repo, dest, commit)
 
 
-HOST_EXCLUDED = ("configs",)
-
-
 def host_code_digest(package: Path) -> str:
-    """sha256 of the kernel package's files but its tuning configs (paths and bytes, caches left
-    out): equal on both sides of an A/B when the change under test touches only configs, which
+    """sha256 of the kernel package's Python sources (files.tree_digest): its tuning configs are
+    JSON, so the digest is equal on both sides of an A/B whose change touches only configs, which
     reach the GPU only through the code objects they select."""
-    package = Path(package)
-    digest = hashlib.sha256()
-    for path in sorted(p for p in package.rglob("*") if p.is_file()):
-        rel = path.relative_to(package)
-        if rel.parts[0] in HOST_EXCLUDED or "__pycache__" in rel.parts or path.suffix == ".pyc":
-            continue
-        digest.update(rel.as_posix().encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
+    return tree_digest(package)
 
 
 def unchanged_host(base_side: Path, repo: Path) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mha_ci.files import read_json as read_json  # the out folder's reader, as the tune steps call it
 from mha_ci.files import write_atomic
 
 PLAN_SCHEMA = "mha-ci.tune-plan/1"
@@ -31,13 +32,6 @@ def write_json(path: Path, data: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
     return path
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def read_lines(path: Path) -> list[dict]:

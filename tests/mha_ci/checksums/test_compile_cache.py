@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mha_ci.checksums.cache import IN_USE, CompileCache, cache_key, tree_digest
+from mha_ci.checksums.cache import IN_USE, CompileCache, cache_key
+from mha_ci.files import tree_digest
 
 ENTRY = {"sha256": "a" * 64, "shared_bytes": 1024, "registers": 40, "spills": 0, "extra": {"pad": "x" * 4000},
          "seconds": 1.0, "error": None, "refused": None}
