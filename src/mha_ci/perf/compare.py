@@ -36,9 +36,8 @@ change under test: its delta is a free A/A sample of the comparison's noise, and
 so. Such a shape is still judged, since host code (the launch wrapper, validation) can slow it
 without touching a code object, unless the comparison knows that host code is byte-identical on
 both sides too (`unchanged_host`: a same-GPU A/B whose change is confined to src/mha/configs). Then
-a move beyond its threshold is an A/A move, status ok with the move in its reason: on the H200 a
-config change's PR job otherwise called a same-code sink backward shape a +1.7 % regression
-(docs/perf-method.md, "The pull-request A/B").
+a move beyond its threshold is an A/A move, status ok with the move in its reason (why, and the
+measurement behind it: docs/perf-method.md, "The pull-request A/B").
 
 Where the documents carry numerics (output digests and errors against a float64 reference), each
 verdict also holds its numerics class (mha_ci.perf.numerics: identical, reordered, less-accurate,
