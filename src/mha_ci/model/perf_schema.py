@@ -70,6 +70,7 @@ class MeasureSpec(_Strict):
     min_dispatches: Whole = Field(ge=5)
     l2_flush: Flag = False
     seed: Whole = 0
+    relayout: Flag = False
 
     @model_validator(mode="after")
     def _consistent(self) -> "MeasureSpec":

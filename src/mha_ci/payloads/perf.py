@@ -44,6 +44,14 @@ MB to ~40 MB) fit, and are timed warm, as they run in a decode loop that re-read
 cache back to back. This understates their cold-cache time, identically on both sides of a
 comparison. `l2_flush: true` writes a 256 MB buffer before every dispatch, outside the events.
 
+Memory layout (method `relayout: true`): each rep after the first runs on inputs made anew
+(same seed, same values) behind a pad allocation of a seeded size, after the allocator's cache
+is emptied, and gets RELAYOUT_WARMUP untimed dispatches first. Where a shape's time depends on
+where its tensors landed in device memory, one layout per process holds the whole run at that
+placement's time, an offset between two processes that no number of reps shows; with a layout
+per rep the offset becomes rep-to-rep spread, which the noise, the threshold and the interval
+see. What it costs and what it changed on the H200: docs/perf-method.md, "Memory layout".
+
 Planted slowdown (to check that the gate catches what it should): MHA_PERF_PLANT_SLOWDOWN=5
 adds a spin kernel of 5 % of the shape's warm-up median inside every timed dispatch (after the
 attention kernel); MHA_PERF_PLANT_KEYS=glob,glob limits it to matching keys. The percentage
@@ -76,6 +84,7 @@ import hashlib
 import importlib
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -96,6 +105,11 @@ L2_FLUSH_BYTES = 256 * 2**20
 MAX_HOLD_US = 200_000
 # Shortest planted spin (us): one clock cycle's worth, so that a planted shape always gets one.
 MIN_PLANT_US = 0.001
+# Relayout: untimed dispatches on a rep's fresh inputs before it is timed, and the pad's grain
+# and largest size (a pad in whole 64 KiB steps moves the inputs across pages and DRAM channels).
+RELAYOUT_WARMUP = 2
+PAD_GRAIN_BYTES = 64 * 2**10
+PAD_MAX_GRAINS = 2048
 
 
 # inputs and kernels ------------------------------------------------------------------------
@@ -123,6 +137,13 @@ def make_inputs(torch, shape: dict, device: str, seed: int) -> dict:
         extra = {}
     sink = randn(shape["hq"]).float() if shape.get("sink") else None
     return {"q": q, "k": k, "v": v, "sink": sink, "seed": seed, **extra}
+
+
+def pad_bytes(seed: int, shape_index: int, rep: int) -> int:
+    """The size of the allocation placed before a rep's fresh inputs: seeded, so both sides of a
+    comparison (and a re-run) use the same sequence of pads."""
+    rng = random.Random(f"{seed}:{shape_index}:{rep}")
+    return rng.randrange(1, PAD_MAX_GRAINS + 1) * PAD_GRAIN_BYTES
 
 
 def pass_of(shape: dict) -> str:
@@ -348,9 +369,11 @@ def code_object_sha256(kernel) -> str | None:
 # one shape ---------------------------------------------------------------------------------
 
 def measure_shape(torch, timer, call, method: Method, plant_pct: float,
-                  recorder=None) -> tuple[list[list[float]], dict]:
+                  recorder=None, relayout=None) -> tuple[list[list[float]], dict]:
     """Per-dispatch times of every rep (us), and facts about the run (compile, counts). The first
-    call (compile + first run) runs under `recorder`, which learns the code objects it launched."""
+    call (compile + first run) runs under `recorder`, which learns the code objects it launched.
+    `relayout(rep)`, where given, returns the call for that rep on freshly placed inputs (reps
+    after the first; the module docstring, "Memory layout")."""
     t0 = time.perf_counter()
     with recorder or contextlib.nullcontext():
         call()                                      # compile + first run
@@ -382,7 +405,13 @@ def measure_shape(torch, timer, call, method: Method, plant_pct: float,
         plant_base_us = statistics.median(timer.rep(call, n, hold_us, 0.0))
         plant_gap_us = timer.spin_cost_us
         plant_us = max(MIN_PLANT_US, plant_base_us * plant_pct / 100.0 - plant_gap_us)
-    reps = [timer.rep(call, n, hold_us, plant_us) for _ in range(method.reps)]
+    reps = []
+    for r in range(method.reps):
+        if relayout is not None and r > 0:
+            call = relayout(r)
+            for _ in range(RELAYOUT_WARMUP):
+                timer.one(call)
+        reps.append(timer.rep(call, n, hold_us, plant_us))
     return reps, {"first_call_s": round(first_call_s, 3), "warmup_median_us": round(estimate, 3),
                   "enqueue_us": round(enqueue_us, 2), "planted_us": round(plant_us, 3),
                   "planted_base_us": round(plant_base_us, 3), "planted_gap_us": round(plant_gap_us, 3)}
@@ -582,11 +611,24 @@ def _measure_entry(torch, timer, args, method: Method, n: int, entry: dict, kern
     measured = False
     if lock is not None:
         lock.wait(n)
+    pad = None
+
+    def relayout(rep: int):
+        nonlocal inputs, call, pad
+        inputs = call = pad = None
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+        pad = torch.empty(pad_bytes(method.seed, n, rep), dtype=torch.uint8, device=args.device)
+        inputs = make_inputs(torch, shape, args.device, method.seed + n)
+        call = kernel_call(args.kernel, shape)(torch, shape, inputs)
+        return call
+
     try:
         inputs = make_inputs(torch, shape, args.device, method.seed + n)
         call = kernel_call(args.kernel, shape)(torch, shape, inputs)
         recorder = LaunchRecorder() if args.kernel == "mha" else None
-        reps, facts = measure_shape(torch, timer, call, method, plant, recorder)
+        reps, facts = measure_shape(torch, timer, call, method, plant, recorder,
+                                    relayout if method.relayout else None)
         # Rounded to the ns before the stats, so a --dump-dispatches file reproduces them exactly.
         reps = [[round(t, 3) for t in rep] for rep in reps]
         stats = shape_stats(reps, method)
@@ -602,7 +644,7 @@ def _measure_entry(torch, timer, args, method: Method, n: int, entry: dict, kern
         record.update(stats=None, error=f"{type(exc).__name__}: {exc}"[:500], planted_pct=plant)
         note = f"FAILED {type(exc).__name__}"
     finally:
-        inputs = call = None
+        inputs = call = pad = None
         if args.device == "cuda":
             torch.cuda.empty_cache()    # every timed rep ended synchronised
         try:

@@ -87,8 +87,9 @@ def combine(docs: list[dict], names: list[str] | None = None, max_noise_pct: flo
 
 
 def method_core(method: dict) -> tuple:
-    return tuple(method.get(k) for k in ("warmup", "dispatches", "reps", "trim_low_pct", "trim_high_pct",
-                                         "l2_flush", "seed"))
+    """What runs must share to be combined; a document written before `relayout` existed held one layout."""
+    return (*(method.get(k) for k in ("warmup", "dispatches", "reps", "trim_low_pct", "trim_high_pct",
+                                      "l2_flush", "seed")), bool(method.get("relayout", False)))
 
 
 def _combine_shape(entries: list[dict], names: list[str], max_noise_pct: float) -> dict:

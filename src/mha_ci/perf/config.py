@@ -42,5 +42,5 @@ def method(spec: PerfFile) -> Method:
     m = spec.measure
     return Method(warmup=m.warmup, dispatches=m.dispatches, reps=m.reps, trim_low_pct=m.trim_low_pct,
                   trim_high_pct=m.trim_high_pct, max_seconds_per_shape=m.max_seconds_per_shape,
-                  min_dispatches=m.min_dispatches, l2_flush=m.l2_flush, seed=m.seed,
+                  min_dispatches=m.min_dispatches, l2_flush=m.l2_flush, seed=m.seed, relayout=m.relayout,
                   stall_factor=spec.gate.stall_factor, stall_min_excess_us=spec.gate.stall_min_excess_us)

@@ -43,6 +43,9 @@ class Method:
     seed: int = 0
     stall_factor: float = 3.0
     stall_min_excess_us: float = 50.0
+    # Each rep after the first on fresh inputs behind a pad of its own size (mha_ci.payloads.perf,
+    # "Memory layout"), so a run's value averages over placements instead of holding one.
+    relayout: bool = False
 
     def to_dict(self) -> dict:
         data = asdict(self)

@@ -76,8 +76,36 @@ def test_a_planted_shape_keeps_its_spin_when_the_fixed_cost_exceeds_the_plant():
     assert timer.planted[0] == 0.0                                  # the unplanted pilot rep
     assert timer.planted[1:] == [payload.MIN_PLANT_US] * 2 and payload.MIN_PLANT_US > 0
 
+def test_relayout_gives_every_rep_after_the_first_a_fresh_call_and_warms_it():
+    made, ran = [], []
+
+    def call_of(tag):
+        return lambda: ran.append(tag)
+
+    def relayout(rep):
+        made.append(rep)
+        return call_of(rep)
+
+    method = Method(warmup=2, dispatches=10, reps=4, max_seconds_per_shape=10.0, min_dispatches=10, relayout=True)
+    reps, _ = payload.measure_shape(_NoTorch(), payload.WallTimer(), call_of(0), method, 0.0, relayout=relayout)
+    assert made == [1, 2, 3] and len(reps) == 4
+    # each fresh call runs its untimed warm-up, then its rep of 10 timed dispatches
+    for rep in (1, 2, 3):
+        assert ran.count(rep) == payload.RELAYOUT_WARMUP + 10
+
+
+def test_pads_are_seeded_varied_and_whole_grains():
+    pads = [payload.pad_bytes(1234, 7, rep) for rep in range(1, 6)]
+    assert pads == [payload.pad_bytes(1234, 7, rep) for rep in range(1, 6)]     # both sides, every run
+    assert len(set(pads)) == len(pads)
+    assert all(p % payload.PAD_GRAIN_BYTES == 0 and 0 < p <= payload.PAD_MAX_GRAINS * payload.PAD_GRAIN_BYTES
+               for p in pads)
+    assert payload.pad_bytes(1234, 8, 1) != payload.pad_bytes(1234, 7, 1)
+
+
 @pytest.mark.slow
-def test_whole_payload_on_cpu_with_sdpa(tmp_path, torch_python):
+@pytest.mark.parametrize("relayout", [False, True])
+def test_whole_payload_on_cpu_with_sdpa(tmp_path, torch_python, relayout):
     python = torch_python
     from mha_ci.perf.buckets import bucket_of
     from mha_ci.perf.shapes import Shape
@@ -88,7 +116,8 @@ def test_whole_payload_on_cpu_with_sdpa(tmp_path, torch_python):
               Shape("varlen", 2, 4, 2, 32, 32, 32, 32, True).with_pass("bwd")]    # the backward step
     workloads = [Workload(s, bucket_of(s), [Origin("test")]) for s in shapes]
     (tmp_path / "shapes.json").write_text(json.dumps(shapes_document(workloads, "custom")))
-    (tmp_path / "method.json").write_text(json.dumps(Method(warmup=2, dispatches=12, reps=3).to_dict()))
+    (tmp_path / "method.json").write_text(json.dumps(Method(warmup=2, dispatches=12, reps=3,
+                                                            relayout=relayout).to_dict()))
     env = dict(os.environ, PYTHONPATH=str(SRC), MHA_CI_OUT=str(tmp_path), MHA_PERF_PLANT_SLOWDOWN="0")
     env.pop("MHA_CI_PINS", None)
     done = subprocess.run([python, "-m", "mha_ci.payloads.perf", "--shapes", "shapes.json", "--method", "method.json",
@@ -100,6 +129,7 @@ def test_whole_payload_on_cpu_with_sdpa(tmp_path, torch_python):
     assert [r["key"] for r in doc["results"]] == [w.key for w in workloads]
     assert all(r["error"] is None and r["stats"]["reps"] == 3 for r in doc["results"])
     assert doc["provenance"]["kernel"] == "sdpa" and doc["provenance"]["pins_checked"] is False
+    assert doc["method"]["relayout"] is relayout
     assert "4/4 shapes measured" in done.stderr
     # the dump reproduces the document's stats with the orchestrating side's code
     again = perf_from_dump(json.loads((tmp_path / "d.json").read_text()))

@@ -67,6 +67,10 @@ def test_refuses_fewer_than_two_runs_other_gpus_methods_or_shapes():
     other_method["method"]["reps"] = 3
     with pytest.raises(ConfigError, match="another method"):
         combine([runs[0], other_method])
+    relaid = json.loads(json.dumps(runs[1]))
+    relaid["method"]["relayout"] = True       # one layout per process vs one per rep
+    with pytest.raises(ConfigError, match="another method"):
+        combine([runs[0], relaid])
     fewer = doc([entry(KEYS[0], 1.0)])
     with pytest.raises(ConfigError, match="same shapes"):
         combine([runs[0], fewer])
