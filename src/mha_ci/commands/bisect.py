@@ -30,7 +30,8 @@ def register(cmds) -> None:
     p.add_argument("--arch", required=True, help="the arch the shapes are measured on (its GPU, for the GPU stage)")
     p.add_argument("--toolchain", required=True, help="the toolchain every commit is built and timed in")
     p.add_argument("--shape", action="append", required=True, metavar="GLOB",
-                   help="workload shape keys to bisect (repeatable; `mha-ci perf shapes` lists them)")
+                   help="workload shape keys to bisect, from the full set (repeatable; `mha-ci perf shapes` "
+                        "lists them)")
     p.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), help="only this pass's shapes")
     p.add_argument("--out", type=Path, required=True,
                    help="folder for bisect.json (the resume state), report.{txt,md,json}, checkouts/, cpu/, gpu/")

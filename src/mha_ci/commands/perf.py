@@ -158,7 +158,9 @@ def register(sub):
     p.add_argument("--check", action="store_true", help="only say whether it would change the stored one (exit 1)")
     p.set_defaults(handler=cmd_accuracy)
 
-    p = cmds.add_parser("refresh", help="measure the full set and propose new baselines on a branch (mha_ci.refresh)")
+    p = cmds.add_parser("refresh", help="measure the full set and propose new baselines on a branch (mha_ci.refresh)",
+                        description="Measure every workload shape (the full set; a baseline covers all of them) "
+                                    "from a working tree that is HEAD's, and propose new baselines on a branch.")
     p.add_argument("--arch", help="arch (default: the one whose device this machine has)")
     p.add_argument("--toolchain", action="append", help="toolchain (repeatable; default: all)")
     add_executor_option(p)

@@ -42,7 +42,8 @@ from mha_ci.tune import outdir, plan as plan_mod, proposal, rules, session, targ
 def register(sub) -> None:
     tune = sub.add_parser("tune", help="search a config bucket's knobs: pruned on the CPU, timed on a GPU, "
                                        "proposed on a branch",
-                          description="Tune config buckets (docs/tune.md).")
+                          description="Tune config buckets (docs/tune.md). Candidates are timed and verified "
+                                      "on shapes of the full workload set.")
     tune.add_argument("action", nargs="?", choices=("run", "propose"), default="run",
                       help="run (default): plan, then time/verify/check on a GPU; propose: make the branch "
                            "from an out folder (CPU)")
