@@ -17,8 +17,8 @@ from mha_ci.bisect.search import Step
 from mha_ci.files import write_atomic
 from mha_ci.perf.base_checkout import materialise
 from mha_ci.perf.compare import compare
-from mha_ci.perf.config import against_policy
 from mha_ci.perf.measure import measure_against, write_inputs
+from mha_ci.perf.request import PerfRequest
 
 Measurer = Callable[[str], Step]      # a build's first commit -> its step against good
 
@@ -48,25 +48,24 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def measurer(root: Path, pipeline, arch: str, toolchain: str, good: str, keys: list[str], make_executor,
-             out: Path) -> Measurer:
+def measurer(request: PerfRequest, good: str, make_executor) -> Measurer:
     """The real Measurer: both sides materialised under OUT/checkouts (the working tree's harness,
-    each commit's kernel package), measured into OUT/gpu/<commit>. `make_executor(root)` gives
-    the executor for a checkout folder."""
-    policy = against_policy(pipeline.perf)
+    each commit's kernel package), measured into OUT/gpu/<commit> (OUT: request.out_dir; the
+    request's keys are the bisected shapes). `make_executor(root)` gives the executor for a
+    checkout folder."""
+    root, out, keys = Path(request.pipeline.root), request.out_dir, list(request.keys)
 
     def measure(commit: str) -> Step:
-        rel = f"gpu/{commit[:12]}"
-        write_inputs(pipeline, Path(out) / rel, "full", keys)
+        inputs = write_inputs(request, f"gpu/{commit[:12]}")
         sides = []
         for sha in (good, commit):
-            checkout = Path(out) / "checkouts" / sha[:12]
+            checkout = out / "checkouts" / sha[:12]
             materialise(root, sha, checkout)
             sides.append(make_executor(checkout))
         started = time.monotonic()
-        docs = measure_against(tuple(sides), (good, commit), pipeline, toolchain, arch, Path(out), rel, numerics=False)
+        docs = measure_against(request, inputs, (sides[0], sides[1]), (good, commit))
         seconds = time.monotonic() - started
-        comparison = compare(docs["base"], docs["head"], policy)
-        write_atomic(Path(out) / rel / "compare.json", json.dumps(comparison.to_dict(), indent=1) + "\n")
+        comparison = compare(docs["base"], docs["head"], request.against_gate)
+        write_atomic(out / inputs.rel / "compare.json", json.dumps(comparison.to_dict(), indent=1) + "\n")
         return step_of(commit, comparison, keys, seconds)
     return measure

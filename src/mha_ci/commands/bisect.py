@@ -19,7 +19,7 @@ from mha_ci.commands.options import add_executor_option, add_pins_option, check_
 from mha_ci.errors import ConfigError
 from mha_ci.executors import make_executor
 from mha_ci.model.loader import load_pipeline
-from mha_ci.perf.measure import selected_workloads
+from mha_ci.perf.request import perf_request, selected_workloads
 
 
 def register(cmds) -> None:
@@ -30,7 +30,8 @@ def register(cmds) -> None:
     p.add_argument("--arch", required=True, help="the arch the shapes are measured on (its GPU, for the GPU stage)")
     p.add_argument("--toolchain", required=True, help="the toolchain every commit is built and timed in")
     p.add_argument("--shape", action="append", required=True, metavar="GLOB",
-                   help="workload shape keys to bisect (repeatable; `mha-ci perf shapes` lists them)")
+                   help="workload shape keys to bisect, from the full set (repeatable; `mha-ci perf shapes` "
+                        "lists them)")
     p.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), help="only this pass's shapes")
     p.add_argument("--out", type=Path, required=True,
                    help="folder for bisect.json (the resume state), report.{txt,md,json}, checkouts/, cpu/, gpu/")
@@ -63,11 +64,13 @@ def cmd_bisect(args) -> int:
         # One venv (or image) for every commit: the toolchain is the working tree's, only the kernel differs.
         return make_executor(args.executor, checkout, cache=cache_root(args.root), pin_mode=args.pins)
 
+    # Every step measures the bisected shapes of the full set, without numerics (timing only).
+    perf = perf_request(pipeline, arch=args.arch, toolchains=(args.toolchain,), subset="full", keys=keys,
+                        numerics=False, out_dir=out, executor=None)
     request = session.Request(repo=args.root, good=args.good, bad=args.bad, arch=args.arch, toolchain=args.toolchain,
                               pass_=args.pass_, keys=keys, out=out, cpu_only=args.cpu_only)
     return session.run(
         request,
         code_objects=lambda: code.compiler(args.root, pipeline, args.arch, args.toolchain,
                                            code.compile_items(shapes, args.arch), executor_for, out, args.jobs),
-        measurer=lambda good: gpu.measurer(args.root, pipeline, args.arch, args.toolchain, good, list(keys),
-                                           executor_for, out))
+        measurer=lambda good: gpu.measurer(perf, good, executor_for))

@@ -35,7 +35,7 @@ from collections import Counter
 from pathlib import Path
 
 from mha_ci.cache import cache_root
-from mha_ci.git import commit_or_none, uncommitted, untracked
+from mha_ci.git import commit_or_none
 from mha_ci.commands.options import (add_executor_option, add_pins_option, check_pins_option, check_target,
                                      local_devices)
 from mha_ci.errors import ConfigError, EnvironmentProblem, ExitCode
@@ -47,15 +47,16 @@ from mha_ci.perf import accuracy, calibrate, history_report, report
 from mha_ci.perf.base_checkout import materialise, resolve, unchanged_host
 from mha_ci.perf.combine import combine
 from mha_ci.perf.compare import compare
-from mha_ci.perf.config import against_policy, calibration_bars, gate_policy
+from mha_ci.perf.config import against_policy, calibration_bars, gate_policy, method
 from mha_ci.perf.document import SUBSETS, load_perf, merge_perf, write_json
 from mha_ci.perf.history import history
-from mha_ci.perf.measure import numerics_apply as measure_numerics_apply
 from mha_ci.perf.measure import (measure_against, measure_interleaved, measure_lockstep, measure_repeated,
-                                 refresh_measurers, selected_workloads, write_inputs)
+                                 write_input_files, write_inputs)
+from mha_ci.perf.request import PerfRequest, perf_request, selected_workloads
 from mha_ci.perf.workloads import shapes_document
 from mha_ci.refresh.core import refresh
-from mha_ci.refresh.measured_code import SOURCE_PATHS, code_mismatch
+from mha_ci.refresh.measured_code import code_mismatch
+from mha_ci.refresh.measurers import measured_here
 
 # What perf.report and perf.history_report write: one report each, replaced as a whole.
 COMPARE_FILES = ("compare.json", "compare.md", "compare.txt", "compare.png", "compare.html")
@@ -157,7 +158,9 @@ def register(sub):
     p.add_argument("--check", action="store_true", help="only say whether it would change the stored one (exit 1)")
     p.set_defaults(handler=cmd_accuracy)
 
-    p = cmds.add_parser("refresh", help="measure the full set and propose new baselines on a branch (mha_ci.refresh)")
+    p = cmds.add_parser("refresh", help="measure the full set and propose new baselines on a branch (mha_ci.refresh)",
+                        description="Measure every workload shape (the full set; a baseline covers all of them) "
+                                    "from a working tree that is HEAD's, and propose new baselines on a branch.")
     p.add_argument("--arch", help="arch (default: the one whose device this machine has)")
     p.add_argument("--toolchain", action="append", help="toolchain (repeatable; default: all)")
     add_executor_option(p)
@@ -204,8 +207,10 @@ def cmd_shapes(args) -> int:
     pipeline = load_pipeline(args.root)
     workloads = selected_workloads(pipeline, args.subset, args.shape)
     if args.out:
-        shapes, method, count = write_inputs(pipeline, args.out, args.subset, args.shape)
-        print(f"wrote {shapes} ({count} shapes) and {method}", file=sys.stderr)
+        gate = gate_policy(pipeline.perf)
+        shapes, meth = write_input_files(args.out, workloads, "custom" if args.shape else args.subset,
+                                         method(pipeline.perf, gate))
+        print(f"wrote {shapes} ({len(workloads)} shapes) and {meth}", file=sys.stderr)
     if args.format == "json":
         print(json.dumps(shapes_document(workloads, args.subset), indent=1))
         return ExitCode.OK
@@ -228,31 +233,31 @@ def cmd_measure(args) -> int:
     toolchain = args.toolchain or _golden(pipeline)
     arch = args.arch or _local_arch(pipeline)
     out_dir = (args.out or args.root / "out" / "perf").resolve()
+    request = perf_request(pipeline, arch=arch, toolchains=(toolchain, *([args.interleave] if args.interleave else [])),
+                           subset=args.subset, keys=args.shape, kernel=args.kernel, repeat=args.repeat,
+                           numerics=args.numerics, out_dir=out_dir,
+                           executor=make_executor(args.executor, args.root, pin_mode=args.pins))
     if args.against:
-        return _measure_against(args, pipeline, toolchain, arch, out_dir)
+        return _measure_against(args, request)
     rel = f"perf-{arch}-{toolchain}" + (f"-vs-{args.interleave}" if args.interleave else "")
-    _, _, count = write_inputs(pipeline, out_dir / rel, args.subset, args.shape)
-    executor = make_executor(args.executor, args.root, pin_mode=args.pins)
-    print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}"
+    inputs = write_inputs(request, rel)
+    print(f"mha-ci perf: {inputs.count} shapes ({args.subset}) on {arch}, toolchain {toolchain}"
           + (f" interleaved with {args.interleave} " + (f"in {args.chunks} chunks" if args.chunks else "per shape")
              if args.interleave else ""),
           file=sys.stderr)
     if not args.interleave:
-        measure_repeated(executor, pipeline, toolchain, arch, out_dir, rel, args.repeat, kernel=args.kernel,
-                         numerics=args.numerics)
+        measure_repeated(request, inputs)
         print(f"mha-ci perf: wrote {out_dir / rel / 'perf.json'}", file=sys.stderr)
         return ExitCode.OK
     if args.repeat != 1:
         raise ConfigError("--repeat is not supported with --interleave (one interleaved run per call)", key="--repeat")
     if args.chunks is None:
-        docs = measure_lockstep(executor, pipeline, (toolchain, args.interleave), arch, out_dir, rel,
-                                kernel=args.kernel, numerics=args.numerics)
+        docs = measure_lockstep(request, inputs)
     elif args.chunks < 1:
         raise ConfigError("--chunks must be at least 1", key="--chunks")
     else:
-        docs = measure_interleaved(executor, pipeline, (toolchain, args.interleave), arch, out_dir, rel,
-                                   args.chunks, kernel=args.kernel)
-    return _report(compare(docs[toolchain], docs[args.interleave], gate_policy(pipeline.perf),
+        docs = measure_interleaved(request, inputs, args.chunks)
+    return _report(compare(docs[toolchain], docs[args.interleave], request.gate,
                            cross_toolchain=True, accept_less_accurate=args.accept_less_accurate), out_dir / rel)
 
 
@@ -264,7 +269,7 @@ def _report(comparison, folder: Path) -> int:
     return ExitCode.GATE_FAILED if comparison.gate_failed else ExitCode.OK
 
 
-def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -> int:
+def _measure_against(args, request: PerfRequest) -> int:
     """`measure --against REF`: base (REF's kernel) and head (the working tree's) interleaved."""
     for option, value in (("--interleave", args.interleave), ("--chunks", args.chunks)):
         if value is not None:
@@ -272,21 +277,22 @@ def _measure_against(args, pipeline, toolchain: str, arch: str, out_dir: Path) -
     if args.repeat != 1:
         raise ConfigError("--repeat is not supported with --against (one interleaved run per call)", key="--repeat")
     sha = resolve(args.root, args.against)
+    arch, toolchain, out_dir = request.arch, request.toolchain, request.out_dir
     rel = f"perf-{arch}-{toolchain}-against-{sha[:12]}"
-    _, _, count = write_inputs(pipeline, out_dir / rel, args.subset, args.shape)
+    inputs = write_inputs(request, rel)
     base_root = out_dir / rel / "base-checkout"
     materialise(args.root, sha, base_root)
     # One venv (or image) for both sides: the toolchain is the same, only the kernel differs.
+    assert request.executor is not None
     executors = (make_executor(args.executor, base_root, cache=cache_root(args.root), pin_mode=args.pins),
-                 make_executor(args.executor, args.root, pin_mode=args.pins))
+                 request.executor)
     head = os.environ.get("MHA_CI_COMMIT") or commit_or_none(args.root)
-    print(f"mha-ci perf: {count} shapes ({args.subset}) on {arch}, toolchain {toolchain}: the kernel of "
+    print(f"mha-ci perf: {inputs.count} shapes ({args.subset}) on {arch}, toolchain {toolchain}: the kernel of "
           f"{args.against} ({sha[:12]}) and of the working tree, taking turns per shape", file=sys.stderr)
-    docs = measure_against(executors, (sha, head), pipeline, toolchain, arch, out_dir, rel, kernel=args.kernel,
-                           numerics=args.numerics)
+    docs = measure_against(request, inputs, executors, (sha, head))
     # --no-numerics asked for timing only: the gate then judges no numerics rather than missing ones.
-    policy = against_policy(pipeline.perf)
-    if not (args.numerics and measure_numerics_apply(pipeline, arch, args.kernel)):
+    policy = request.against_gate
+    if not request.records_numerics:
         policy = replace(policy, require_numerics=False)
     return _report(compare(docs["base"], docs["head"], policy, accept_less_accurate=args.accept_less_accurate,
                            unchanged_host=unchanged_host(base_root, args.root)),
@@ -331,7 +337,9 @@ def cmd_calibrate(args) -> int:
         raise ConfigError("--planted-base needs --planted", key="--planted-base")
     if args.min_us < 0:
         raise ConfigError("--min-us must not be negative", key="--min-us")
-    policy = against_policy(spec) if args.against_floor else gate_policy(spec)
+    policy = gate_policy(spec)
+    if args.against_floor:
+        policy = against_policy(policy, spec)
     if args.floor_pct is not None:
         if not args.floor_pct > 0:
             raise ConfigError("--floor-pct must be above 0", key="--floor-pct")
@@ -413,16 +421,18 @@ def cmd_refresh(args) -> int:
                               key="--toolchain")
         if not args.arch:
             raise ConfigError("--measurement needs --arch: the arch the documents were measured on", key="--arch")
-        arch = args.arch
         measure_fn, remeasure_fn, toolchains, checksums_fn, durations_fn = _measured_files(args)
-        _refuse_other_code(args, arch)
+        request = perf_request(pipeline, arch=args.arch, toolchains=toolchains, out_dir=out_dir, executor=None)
+        _refuse_other_code(args, request.arch)
     else:
         if args.checksums or args.durations:
             raise ConfigError("--checksums and --durations go with --measurement", key="--checksums")
-        arch = args.arch or _local_arch(pipeline)
-        measure_fn, remeasure_fn = _measured_here(args, pipeline, arch, out_dir)
-        toolchains, checksums_fn, durations_fn = args.toolchain, None, None
-    result = refresh(pipeline, arch, measure_fn, remeasure_fn=remeasure_fn, out_dir=out_dir, toolchains=toolchains,
+        request = perf_request(pipeline, arch=args.arch or _local_arch(pipeline),
+                               toolchains=args.toolchain or list(pipeline.toolchains), out_dir=out_dir,
+                               executor=make_executor(args.executor, args.root, pin_mode=args.pins))
+        measure_fn, remeasure_fn = measured_here(request, f"measure-{request.arch}")
+        checksums_fn, durations_fn = None, None
+    result = refresh(request, measure_fn, remeasure_fn=remeasure_fn, out_dir=out_dir,
                      checksums_fn=checksums_fn, durations_fn=durations_fn, today=args.date, always=args.always,
                      allow_unpinned=args.pins == "record")
     print(f"mha-ci perf refresh: {result.status}" + (f" on branch {result.branch}" if result.branch else "")
@@ -449,18 +459,6 @@ def _refuse_other_code(args, arch: str) -> None:
         why = code_mismatch(args.root, _read_json(path), name, arch)
         if why:
             raise ConfigError(f"not a measurement of HEAD's {arch} code: {why}", file=str(path), key="--measurement")
-
-
-def _measured_here(args, pipeline, arch: str, out_dir: Path):
-    """The measure and re-measure functions of a refresh that measures HEAD on this machine."""
-    # A baseline is stored as the measurement of HEAD: measuring other code would misattribute it.
-    changed = uncommitted(args.root) + untracked(args.root, SOURCE_PATHS)
-    if changed:
-        raise ConfigError(f"the working tree differs from HEAD in {len(changed)} tracked file(s) "
-                          f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); a baseline is measured "
-                          "from a commit: commit or stash them first")
-    executor = make_executor(args.executor, args.root, pin_mode=args.pins)
-    return refresh_measurers(executor, pipeline, out_dir, f"measure-{arch}")
 
 
 def _measured_files(args):

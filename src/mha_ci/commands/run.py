@@ -36,7 +36,7 @@ from mha_ci.errors import ConfigError
 from mha_ci.executors import make_executor
 from mha_ci.files import exclusive_folder, refuse_special_outputs
 from mha_ci.jobs.context import JobContext
-from mha_ci.jobs.runner import NotRun, run_jobs
+from mha_ci.jobs.runner import run_jobs, split_by_device
 from mha_ci.model.loader import load_pipeline
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import PlannedJob
@@ -45,7 +45,6 @@ from mha_ci.plan.events import label_warnings
 from mha_ci.plan.matrix import runnable_jobs
 from mha_ci.plan.policy import plan
 REPORT_FILES = ("results.json", "summary.md")         # jobs.runner.write_reports
-DEVICE_WORDS = {"amd-gpu": "AMD GPU (/dev/kfd)", "nvidia-gpu": "NVIDIA GPU (/dev/nvidia0 or nvidia-smi)"}
 
 
 def register(sub) -> None:
@@ -124,17 +123,3 @@ def select_jobs(pipeline: Pipeline, the_plan, requested: list[str] | None) -> li
             raise ConfigError(f"unknown job '{job_id}' (`mha-ci plan` lists the planned ones)", key="--job",
                               suggestion=closest(job_id, [*planned, *every]))
     return list(chosen.values())
-
-
-def split_by_device(pipeline: Pipeline, jobs: list[PlannedJob], devices: frozenset[str], *,
-                    requested: bool) -> tuple[list[PlannedJob], list[NotRun]]:
-    runnable, not_run = [], []
-    for planned in jobs:
-        arch = pipeline.archs[planned.job.arch]
-        if arch.device in devices:
-            runnable.append(planned)
-        else:
-            what = DEVICE_WORDS.get(arch.device, arch.device)
-            not_run.append(NotRun(planned.job.id, f"needs a {arch.name} device (no {what} on this machine)",
-                                  requested=requested))
-    return runnable, not_run

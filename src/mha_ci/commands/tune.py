@@ -23,19 +23,27 @@ import hashlib
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
-from mha_ci.commands.options import add_executor_option, add_pins_option, check_pins_option, check_target
-from mha_ci.errors import ConfigError, ExitCode
+from mha_ci.commands.options import (add_executor_option, add_pins_option, check_pins_option, check_target,
+                                     local_devices, run_options)
+from mha_ci.errors import ConfigError, ExitCode, MhaCiError
 from mha_ci.executors import make_executor
+from mha_ci.files import exclusive_folder
+from mha_ci.jobs.context import JobContext
+from mha_ci.jobs.runner import run_jobs, split_by_device
 from mha_ci.model.loader import load_pipeline
-from mha_ci.perf.measure import selected_workloads
+from mha_ci.model.types import PlannedJob
+from mha_ci.perf.request import perf_request, selected_workloads
+from mha_ci.plan.matrix import runnable_jobs
 from mha_ci.tune import outdir, plan as plan_mod, proposal, rules, session, targets
 
 
 def register(sub) -> None:
     tune = sub.add_parser("tune", help="search a config bucket's knobs: pruned on the CPU, timed on a GPU, "
                                        "proposed on a branch",
-                          description="Tune config buckets (docs/tune.md).")
+                          description="Tune config buckets (docs/tune.md). Candidates are timed and verified "
+                                      "on shapes of the full workload set.")
     tune.add_argument("action", nargs="?", choices=("run", "propose"), default="run",
                       help="run (default): plan, then time/verify/check on a GPU; propose: make the branch "
                            "from an out folder (CPU)")
@@ -77,6 +85,9 @@ def handle(args) -> int:
     check_target(pipeline, args.arch, [args.toolchain])
     out = (args.out or args.root / "out" / f"tune-{args.arch}-{args.toolchain}").resolve()
     executor = make_executor(args.executor, args.root, pin_mode=args.pins)
+    # Timing and verifying cover shapes of the full workload set.
+    request = perf_request(pipeline, arch=args.arch, toolchains=(args.toolchain,), subset="full", out_dir=out,
+                           executor=executor)
     started = time.monotonic()
     plan = _plan(args, pipeline, executor, out)
     print(plan_mod.render(plan), end="")
@@ -84,7 +95,40 @@ def handle(args) -> int:
     if args.dry_run:
         return ExitCode.OK
 
-    return session.gpu_phases(args, pipeline, executor, out, plan, deadline=time.time() + args.budget_s)
+    return session.gpu_phases(args, request, plan, deadline=time.time() + args.budget_s,
+                              correctness=_correctness(args))
+
+
+def _correctness(args) -> session.CorrectnessRun:
+    """The tune check's correctness run: the named jobs of the copied checkout through the job
+    runner, in this process, with this call's executor and pins, as `mha-ci run --job ...
+    --select ...` runs them (options from the same flags and variables; a job whose device this
+    machine lacks is exit 3)."""
+    def run(tree: Path, out: Path, job_ids: list[str], select: tuple[str, ...]) -> int:
+        try:
+            return _run_correctness(args, tree, out, job_ids, select)
+        except MhaCiError as exc:
+            # The check's verdict is its exit status, recorded with the proposal like a gate's.
+            print(f"mha-ci tune: check: {exc}", file=sys.stderr)
+            return int(exc.exit_code)
+    return run
+
+
+def _run_correctness(args, tree: Path, out: Path, job_ids: list[str], select: tuple[str, ...]) -> int:
+    """The named jobs of the checkout at `tree`, run into `out`; the run's exit code."""
+    pipeline = load_pipeline(tree)
+    every = {job.id: job for job in runnable_jobs(pipeline)}
+    unknown = [job_id for job_id in job_ids if job_id not in every]
+    if unknown:
+        raise ConfigError(f"the tune check's jobs are not in the pipeline: {', '.join(unknown)}", key="--job")
+    planned = [PlannedJob(every[job_id], "the tune proposal's correctness check") for job_id in job_ids]
+    runnable, not_run = split_by_device(pipeline, planned, local_devices(), requested=True)
+    options = run_options(SimpleNamespace(select=list(select), pins=args.pins))
+    out.mkdir(parents=True, exist_ok=True)
+    with exclusive_folder(out, "--out"):
+        report = run_jobs(runnable, JobContext(pipeline, make_executor(args.executor, tree, pin_mode=args.pins),
+                                               out, options), not_run=not_run)
+    return report.exit_code
 
 
 def _plan(args, pipeline, executor, out: Path) -> dict:

@@ -20,30 +20,30 @@ from mha_ci.jobs.context import JobContext
 from mha_ci.model.types import Job
 from mha_ci.perf import accuracy, report
 from mha_ci.perf.compare import compare
-from mha_ci.perf.config import gate_policy
 from mha_ci.perf.document import load_perf
 from mha_ci.perf.gate_source import changes
 from mha_ci.cache import cache_root
 from mha_ci.errors import EnvironmentProblem, MhaCiError
 from mha_ci.executors import make_executor
 from mha_ci.perf.base_checkout import resolve_base, unchanged_host
-from mha_ci.perf.config import against_policy
-from mha_ci.perf.measure import measure_against, measure_repeated, write_inputs
+from mha_ci.perf.measure import PayloadInputs, measure_against, measure_repeated, write_inputs
+from mha_ci.perf.request import PerfRequest, perf_request
 
 
 def run_job(job: Job, ctx: JobContext) -> JobResult:
     """perf-<arch>-<toolchain>: measure (the run options' subset, each measurement repeated
     `perf_repeat` times) and gate against perf_baselines/<arch>/<toolchain>.json."""
     started = time.monotonic()
-    executor, out_dir = ctx.executor, ctx.out_dir
     subset, repeat, source = ctx.options.perf_subset, ctx.options.perf_repeat, ctx.options.gate_from
     pipeline = source.applied_to(ctx.pipeline) if source else ctx.pipeline
+    request = perf_request(pipeline, arch=job.arch, toolchains=(job.toolchain,), subset=subset, repeat=repeat,
+                           out_dir=ctx.out_dir, executor=ctx.executor)
     rel = f"jobs/{job.id}"
-    job_dir = Path(out_dir) / rel
-    _, _, count = write_inputs(pipeline, job_dir, subset)
+    inputs = write_inputs(request, rel)
+    count = inputs.count
     if ctx.options.perf_against is not None:
-        return _against(job, ctx, pipeline, rel, count, started)
-    candidate = measure_repeated(executor, pipeline, job.toolchain, job.arch, out_dir, rel, repeat, log_prefix=job.id)
+        return _against(job, ctx, request, inputs, started)
+    candidate = measure_repeated(request, inputs, log_prefix=job.id)
     measured = time.monotonic() - started
     result = JobResult(job_id=job.id, kind=job.kind, verdict="fail", exit_code=ExitCode.GATE_FAILED,
                        artifacts=[f"{rel}/perf.json"], timings={"measure": round(measured, 3)},
@@ -62,7 +62,7 @@ def run_job(job: Job, ctx: JobContext) -> JobResult:
     stored = load_perf(accuracy_file) if accuracy_file.is_file() else None
     if stored is None and any(isinstance(r.get("numerics"), dict) for r in candidate["results"]):
         result.details["accuracy_baseline"] = f"no {accuracy_baseline(job.arch, job.toolchain)}"
-    comparison = compare(accuracy.with_accuracy(load_perf(base_file), stored), candidate, gate_policy(pipeline.perf))
+    comparison = compare(accuracy.with_accuracy(load_perf(base_file), stored), candidate, request.gate)
     return _judged(result, comparison, candidate, job, ctx, rel, judged_by)
 
 
@@ -95,33 +95,33 @@ def _judged(result: JobResult, comparison, candidate: dict, job: Job, ctx: JobCo
     return result
 
 
-def _against(job: Job, ctx: JobContext, pipeline, rel: str, count: int, started: float) -> JobResult:
+def _against(job: Job, ctx: JobContext, request: PerfRequest, inputs: PayloadInputs, started: float) -> JobResult:
     """The same-GPU A/B: the base kernel (RunOptions.perf_against) and the checkout's take turns
     per shape, judged with the --against thresholds, numerics required. The stored baseline is
     compared with the base side only: a note of how far the base has moved from it (another
     machine, another day), never the verdict. A base that cannot be written out, built or measured
     is a red job that says why; it never falls back to the stored baseline."""
-    out_dir, job_dir = ctx.out_dir, Path(ctx.out_dir) / rel
+    rel = inputs.rel
+    job_dir = Path(ctx.out_dir) / rel
     result = JobResult(job_id=job.id, kind=job.kind, verdict="fail", exit_code=ExitCode.GATE_FAILED,
                        artifacts=[f"{rel}/perf-head.json", f"{rel}/perf-base.json"],
-                       details={"subset": ctx.options.perf_subset, "shapes": count, "repeat": 1,
+                       details={"subset": ctx.options.perf_subset, "shapes": inputs.count, "repeat": 1,
                                 "against": ctx.options.perf_against})
     root = Path(ctx.pipeline.root)
     try:
         base_commit = resolve_base(root, str(ctx.options.perf_against), job_dir / "base-checkout")
         base_executor = make_executor(ctx.executor.name, job_dir / "base-checkout", cache=cache_root(root),
                                       pin_mode=ctx.executor.pin_mode)
-        docs = measure_against((base_executor, ctx.executor), (base_commit, commit_or_none(root)), pipeline,
-                               job.toolchain, job.arch, out_dir, rel)
+        docs = measure_against(request, inputs, (base_executor, ctx.executor), (base_commit, commit_or_none(root)))
     except (EnvironmentProblem, MhaCiError) as exc:
         result.exit_code = ExitCode.ENVIRONMENT_ERROR if isinstance(exc, EnvironmentProblem) else ExitCode.GATE_FAILED
         result.message = f"no same-GPU comparison: the base {ctx.options.perf_against} could not be measured: {exc}"
         return result
     result.timings["measure"] = round(time.monotonic() - started, 3)
     result.details["base_commit"] = base_commit
-    comparison = compare(docs["base"], docs["head"], against_policy(pipeline.perf),
+    comparison = compare(docs["base"], docs["head"], request.against_gate,
                          unchanged_host=unchanged_host(job_dir / "base-checkout", root))
-    note = _base_against_stored(job, ctx, pipeline, docs["base"])
+    note = _base_against_stored(job, ctx, request, docs["base"])
     result.details["base_vs_stored"] = note
     return _judged(result, comparison, docs["head"], job, ctx, rel,
                    f"; against base {base_commit[:12]} on this GPU; {note['line']}" + _judged_by(job, ctx, result))
@@ -138,15 +138,15 @@ def _judged_by(job: Job, ctx: JobContext, result: JobResult) -> str:
     return f"; this pull request changes {', '.join(changed)}: judged by the base's ({source.root})" if changed else ""
 
 
-def _base_against_stored(job: Job, ctx: JobContext, pipeline, base_doc: dict) -> dict:
+def _base_against_stored(job: Job, ctx: JobContext, request: PerfRequest, base_doc: dict) -> dict:
     """How the base side compares with the stored baseline (a note for the nightly trend and for
     a reader wondering whether the base itself moved); never part of the verdict."""
     source = ctx.options.gate_from
-    stored = (source.root if source else Path(pipeline.root)) / perf_baseline(job.arch, job.toolchain)
+    stored = (source.root if source else Path(request.pipeline.root)) / perf_baseline(job.arch, job.toolchain)
     if not stored.is_file():
         return {"line": f"no stored baseline {perf_baseline(job.arch, job.toolchain)} to compare the base with"}
     try:
-        moved = compare(load_perf(stored), accuracy.without_numerics(base_doc), gate_policy(pipeline.perf))
+        moved = compare(load_perf(stored), accuracy.without_numerics(base_doc), request.gate)
     except MhaCiError as exc:
         return {"line": f"the stored baseline could not be read: {exc}"}
     summary = moved.summary

@@ -101,6 +101,24 @@ class NotRun:
     requested: bool = False        # named with --job: then the run exits 3
 
 
+DEVICE_WORDS = {"amd-gpu": "AMD GPU (/dev/kfd)", "nvidia-gpu": "NVIDIA GPU (/dev/nvidia0 or nvidia-smi)"}
+
+
+def split_by_device(pipeline: Pipeline, jobs: list[PlannedJob], devices: frozenset[str], *,
+                    requested: bool) -> tuple[list[PlannedJob], list[NotRun]]:
+    """(the jobs whose arch's device this machine has, the others as NotRun with why)."""
+    runnable, not_run = [], []
+    for planned in jobs:
+        arch = pipeline.archs[planned.job.arch]
+        if arch.device in devices:
+            runnable.append(planned)
+        else:
+            what = DEVICE_WORDS.get(arch.device, arch.device)
+            not_run.append(NotRun(planned.job.id, f"needs a {arch.name} device (no {what} on this machine)",
+                                  requested=requested))
+    return runnable, not_run
+
+
 @dataclass
 class RunReport:
     out_dir: Path

@@ -25,10 +25,10 @@ def gate_policy(spec: PerfFile) -> GatePolicy:
                       require_numerics=False)
 
 
-def against_policy(spec: PerfFile) -> GatePolicy:
-    """The gate of `perf measure --against`: perf.yaml's, with the floor of its `against` section;
-    both sides ran the payload that measures numerics, so a shape without them fails."""
-    return replace(gate_policy(spec), floor_pct=spec.against.floor_pct, require_numerics=True)
+def against_policy(gate: GatePolicy, spec: PerfFile) -> GatePolicy:
+    """The gate of `perf measure --against`: `gate` (perf.yaml's), with the floor of its `against`
+    section; both sides ran the payload that measures numerics, so a shape without them fails."""
+    return replace(gate, floor_pct=spec.against.floor_pct, require_numerics=True)
 
 
 def calibration_bars(spec: PerfFile) -> Bars:
@@ -38,9 +38,11 @@ def calibration_bars(spec: PerfFile) -> Bars:
                    if value is not None})
 
 
-def method(spec: PerfFile) -> Method:
+def method(spec: PerfFile, gate: GatePolicy) -> Method:
+    """How each shape is timed. Its stall rule is the gate's (`gate`, built from the same spec):
+    the payload flags exactly the stalls the gate and the refresh judge."""
     m = spec.measure
     return Method(warmup=m.warmup, dispatches=m.dispatches, reps=m.reps, trim_low_pct=m.trim_low_pct,
                   trim_high_pct=m.trim_high_pct, max_seconds_per_shape=m.max_seconds_per_shape,
                   min_dispatches=m.min_dispatches, l2_flush=m.l2_flush, seed=m.seed, relayout=m.relayout,
-                  stall_factor=spec.gate.stall_factor, stall_min_excess_us=spec.gate.stall_min_excess_us)
+                  stall_factor=gate.stall_factor, stall_min_excess_us=gate.stall_min_excess_us)

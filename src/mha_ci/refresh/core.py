@@ -14,7 +14,9 @@ A measurement becomes a baseline only when it is one a gate can trust. Refusals,
       other than the toolchain's lock pins, or another GPU than the stored baseline's (a GPU change
       is a deliberate, reviewed baseline reset, never a nightly one)
     - git problems: the branch already exists, git fails
-  exit 2: the arch does not exist or has no refresh job (pipelines/jobs.yaml `kinds.refresh`)
+  exit 2: the arch has no refresh job (pipelines/jobs.yaml `kinds.refresh`); an unknown arch or
+    toolchain is refused before, by the request (mha_ci.perf.request); a working tree that is not
+    HEAD's is refused before anything is measured (mha_ci.refresh.clean_tree)
 
 All toolchains' problems are collected before refusing, so one night's log shows all of them.
 Nothing is written to the repository before every check passed; then everything goes into one
@@ -57,9 +59,9 @@ from mha_ci.model.types import Arch, Toolchain
 from mha_ci.perf import accuracy, comparable
 from mha_ci.perf.combine import roll
 from mha_ci.perf.compare import Comparison, GatePolicy, compare
-from mha_ci.perf.config import gate_policy
 from mha_ci.perf.document import SCHEMA as PERF_SCHEMA
 from mha_ci.perf.document import check_perf, load_perf
+from mha_ci.perf.request import PerfRequest, selected_workloads
 from mha_ci.refresh import report
 from mha_ci.refresh.remeasure import disturbances, splice
 
@@ -96,9 +98,9 @@ class RefreshPolicy:
     remeasure_rounds: int = 2
 
     @classmethod
-    def from_perf(cls, spec: PerfFile) -> "RefreshPolicy":
-        """pipelines/perf.yaml's `refresh` section with its gate (Pipeline.perf)."""
-        return cls(max_noise_pct=spec.refresh.max_noise_pct, gate=gate_policy(spec),
+    def from_perf(cls, spec: PerfFile, gate: GatePolicy) -> "RefreshPolicy":
+        """pipelines/perf.yaml's `refresh` section (Pipeline.perf) with its gate (PerfRequest.gate)."""
+        return cls(max_noise_pct=spec.refresh.max_noise_pct, gate=gate,
                    history_runs=spec.refresh.history_runs, remeasure_rounds=spec.refresh.remeasure_rounds)
 
     def disturbances(self, doc: dict) -> dict[str, str]:
@@ -208,26 +210,22 @@ def _encode(doc: dict) -> bytes:
 
 # -- refresh ---------------------------------------------------------------------------------
 
-def refresh(pipeline: Pipeline, arch: str, measure_fn: MeasureFn, *, out_dir: Path,
+def refresh(request: PerfRequest, measure_fn: MeasureFn, *, out_dir: Path,
             remeasure_fn: RemeasureFn | None = None,
             checksums_fn: ChecksumsFn | None = None, durations_fn: DurationsFn | None = None,
-            toolchains: list[str] | None = None, policy: RefreshPolicy | None = None,
+            policy: RefreshPolicy | None = None,
             today: _dt.date | None = None, always: bool = False, allow_unpinned: bool = False) -> RefreshResult:
-    """Measure `arch` with every toolchain (or `toolchains`), check, and commit the new baselines
+    """Measure the request's arch with each of its toolchains, check, and commit the new baselines
     on `baseline-refresh/<date>-<arch>`. Writes out_dir/refresh.json, pr-body.md, pr-title.txt."""
+    pipeline, arch = request.pipeline, request.arch
     root = Path(pipeline.root)
     out_dir = Path(out_dir)
-    if arch not in pipeline.archs:
-        raise ConfigError(f"unknown arch '{arch}'; known: {', '.join(pipeline.archs)}")
     if arch not in pipeline.kinds["refresh"].archs:
         raise ConfigError(f"arch '{arch}' has no refresh job (pipelines/jobs.yaml kinds / refresh / archs: "
                           f"{', '.join(pipeline.kinds['refresh'].archs)})")
     arch_spec = pipeline.archs[arch]
-    names = toolchains or list(pipeline.toolchains)
-    for name in names:
-        if name not in pipeline.toolchains:
-            raise ConfigError(f"unknown toolchain '{name}'; known: {', '.join(pipeline.toolchains)}")
-    policy = policy or RefreshPolicy.from_perf(pipeline.perf)
+    names = list(request.toolchains)
+    policy = policy or RefreshPolicy.from_perf(pipeline.perf, request.gate)
     date = (today or _dt.datetime.now(_dt.timezone.utc).date()).isoformat()
     base_commit = git.head_commit(root)
 
@@ -337,8 +335,6 @@ def _accuracy_files(pipeline: Pipeline, arch: str, measured: dict[str, tuple[dic
     from the pull-request subset's shapes (mha_ci.perf.accuracy); a refusal (exit 1) naming every
     subset shape whose numerics are missing or failed, since storing the rest would leave those
     shapes unjudged."""
-    from mha_ci.perf.measure import selected_workloads   # measure imports the payload-facing side
-
     keys = [w.key for w in selected_workloads(pipeline, "pr")]
     files, bad = {}, []
     for name, (_, doc) in measured.items():

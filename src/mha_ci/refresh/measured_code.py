@@ -1,8 +1,9 @@
 """Whether a perf document measured elsewhere timed the code this checkout would store it for.
 
 `perf refresh --measurement` stores documents measured on another machine as the baselines of
-HEAD. That is right only when they timed HEAD's kernels: the source under src/ must be HEAD's
-(nothing changed, nothing untracked), and the measured commit's code objects for the arch -
+HEAD. That is right only when they timed HEAD's kernels: the working tree must be HEAD's
+(mha_ci.refresh.clean_tree, the rule a refresh that measures here follows too), and the
+measured commit's code objects for the arch -
 the checksums records, which the checksums job keeps equal to what the kernels compile to - must
 equal HEAD's. A commit that changed only host code or documentation passes; one that changed a
 config or a kernel does not, whatever its measurement says.
@@ -14,14 +15,7 @@ from pathlib import Path
 
 from mha_ci import git
 from mha_ci.baselines import code_objects
-
-SOURCE_PATHS = ("src",)
-
-
-def source_changes(root: Path) -> list[str]:
-    """Files under src/ that differ from HEAD, tracked or untracked."""
-    tracked = [p for p in git.uncommitted(root) if p.startswith(tuple(f"{s}/" for s in SOURCE_PATHS))]
-    return tracked + git.untracked(root, SOURCE_PATHS)
+from mha_ci.refresh.clean_tree import unclean
 
 
 def _records(text: str | None, arch: str) -> dict[str, str] | None:
@@ -36,10 +30,9 @@ def _records(text: str | None, arch: str) -> dict[str, str] | None:
 
 def code_mismatch(root: Path, doc: dict, toolchain: str, arch: str) -> str | None:
     """Why `doc` did not time HEAD's code objects of `arch` under `toolchain`; None when it did."""
-    changed = source_changes(root)
-    if changed:
-        return (f"the working tree's src/ differs from HEAD in {len(changed)} file(s) "
-                f"({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''}): commit them first")
+    why = unclean(root)
+    if why:
+        return f"{why}: commit them first"
     commit = (doc.get("provenance") or {}).get("commit")
     if not commit:
         return "the measurement names no commit, so its code cannot be checked"

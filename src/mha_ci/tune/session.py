@@ -9,25 +9,27 @@ verify  the chosen config of each changed bucket against the current one, again 
         unchanged buckets, and of the other pass, run the same code objects before and after:
         `propose` shows their records unchanged);
 check   the correctness job of the arch and toolchain, narrowed to the attention tests, on a
-        copy of the checkout whose config file holds the proposal.
+        copy of the checkout whose config file holds the proposal: run by the job layer, through
+        the `CorrectnessRun` the command passes in (the domain does not import jobs/).
+
+What is measured and how (arch, toolchain, out folder, executor, gate, method) is one PerfRequest
+(mha_ci.perf.request), built by the command.
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from mha_ci import baselines
 from mha_ci.errors import EnvironmentProblem, ExitCode
 from mha_ci.executors.base import PayloadRun
-from mha_ci.model.perf_schema import PerfFile
 from mha_ci.perf.buckets import bucket_of
-from mha_ci.perf.config import gate_policy, method
-from mha_ci.perf.measure import selected_workloads
+from mha_ci.perf.compare import GatePolicy
+from mha_ci.perf.request import PerfRequest
 from mha_ci.tune import outdir, select
 
 # The tests that exercise every bucket's forward and backward kernels on a GPU (the rest of the
@@ -36,13 +38,17 @@ from mha_ci.tune import outdir, select
 CHECK_SELECT = ("tests/mha/test_attention.py::*", "tests/mha/test_head_dim_classes.py::*")
 CHECK_TREE = ("src", "tests", "pipelines", "containers", baselines.TEST_DURATIONS_DIR, "pyproject.toml")
 
+# (checkout folder, out folder, job ids, --select patterns) -> the run's exit code: the named
+# correctness jobs run on that checkout as `mha-ci run --job ... --select ...` runs them.
+CorrectnessRun = Callable[[Path, Path, list[str], tuple[str, ...]], int]
+
 
 def log(message: str) -> None:
     print(f"mha-ci tune: {message}", file=sys.stderr, flush=True)
 
 
-def _method(perf: PerfFile, seconds_per_shape: float) -> dict:
-    data = method(perf).to_dict()
+def _method(request: PerfRequest, seconds_per_shape: float) -> dict:
+    data = request.method.to_dict()
     data["max_seconds_per_shape"] = seconds_per_shape
     return data
 
@@ -72,8 +78,9 @@ def timed_candidates(bucket: dict, max_candidates: int) -> dict:
     return {c["id"]: c["config"] for c in chosen}
 
 
-def time_buckets(args, pipeline, executor, out: Path, plan: dict, deadline: float) -> None:
-    outdir.write_json(out / "timing" / "method.json", _method(pipeline.perf, args.seconds_per_shape))
+def time_buckets(args, request: PerfRequest, plan: dict, deadline: float) -> None:
+    out = request.out_dir
+    outdir.write_json(out / "timing" / "method.json", _method(request, args.seconds_per_shape))
     for bucket in plan["buckets"]:
         if time.time() >= deadline:
             log(f"budget reached before timing {bucket['bucket']}")
@@ -86,12 +93,12 @@ def time_buckets(args, pipeline, executor, out: Path, plan: dict, deadline: floa
         outdir.write_json(out / rel / "plan.json", {"arch": plan["arch"], "shapes": bucket["shapes"],
                                                     "configs": {bucket["bucket"]: configs}})
         log(f"{bucket['bucket']}: timing {len(configs)} candidates + current on {len(bucket['shapes'])} shapes")
-        _run_time_payload(executor, pipeline, plan, rel, out, deadline)
+        _run_time_payload(request.executor, request.pipeline, plan, rel, out, deadline)
 
 
-def choose(perf: PerfFile, out: Path, plan: dict, max_candidates: int) -> dict:
+def choose(gate: GatePolicy, out: Path, plan: dict, max_candidates: int) -> dict:
     """Per bucket: the ranked scores and the choice; written to OUT/choices.json."""
-    floor = gate_policy(perf).floor_pct
+    floor = gate.floor_pct
     result = {}
     for bucket in plan["buckets"]:
         rows = list(outdir.latest_rows(out / "timing" / bucket["bucket"] / "results.jsonl").values())
@@ -109,22 +116,23 @@ def choose(perf: PerfFile, out: Path, plan: dict, max_candidates: int) -> dict:
     return result
 
 
-def verify(args, pipeline, executor, out: Path, plan: dict, choices: dict, deadline: float) -> bool:
+def verify(request: PerfRequest, plan: dict, choices: dict, deadline: float) -> bool:
     """Time current vs chosen on the full set's shapes of the changed buckets; True when done."""
     changed = {b: c["config"] for b, c in choices.items() if c["choice"]}
     if not changed:
         return True
-    workloads = selected_workloads(pipeline, "full")
+    out = request.out_dir
+    workloads = request.workloads()
     shapes = [{**w.to_dict(), "bucket": bucket_of(w.shape)} for w in workloads if w.shape.config_pass == plan["pass"]]
     shapes = [s for s in shapes if s["bucket"] in changed]
     outdir.write_json(out / "verify" / "plan.json", {"arch": plan["arch"], "shapes": shapes,
                                                      "configs": {b: {"proposed": cfg} for b, cfg in changed.items()}})
     log(f"verify: {len(shapes)} shapes of {', '.join(changed)} (the full set), current vs proposed")
-    _run_time_payload(executor, pipeline, plan, "verify", out, deadline)
+    _run_time_payload(request.executor, request.pipeline, plan, "verify", out, deadline)
     return len(outdir.latest_rows(out / "verify" / "results.jsonl")) == len(shapes)
 
 
-def check(args, out: Path, plan: dict, choices: dict) -> int | None:
+def check(correctness: CorrectnessRun, root: Path, out: Path, plan: dict, choices: dict) -> int | None:
     """The correctness job on a copy of the checkout holding the proposed config; its exit code."""
     changed = {b: c["config"] for b, c in choices.items() if c["choice"]}
     if not changed:
@@ -132,7 +140,7 @@ def check(args, out: Path, plan: dict, choices: dict) -> int | None:
     tree = out / "check" / "tree"
     shutil.rmtree(tree, ignore_errors=True)
     for rel in CHECK_TREE:
-        src = Path(args.root) / rel
+        src = Path(root) / rel
         if src.is_dir():
             shutil.copytree(src, tree / rel, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         elif src.is_file():
@@ -141,11 +149,8 @@ def check(args, out: Path, plan: dict, choices: dict) -> int | None:
     config_path = tree / "src" / "mha" / "configs" / f"{plan['arch']}-MHA-DEFAULT.json"
     config_path.write_text(proposed_config_text(config_path.read_text(), plan["pass"], changed))
     shards = [f"correctness-{plan['arch']}-{plan['toolchain']}-{i}of4" for i in range(1, 5)]
-    cmd = [sys.executable, "-m", "mha_ci", "--root", str(tree), "run", "--executor", args.executor,
-           "--pins", args.pins, "--out", str(out / "check" / "run"),
-           *[x for s in shards for x in ("--job", s)], *[x for g in CHECK_SELECT for x in ("--select", g)]]
-    log(f"check: {' '.join(cmd[3:])}")
-    code = subprocess.run(cmd, env=os.environ.copy(), check=False).returncode
+    log(f"check: {', '.join(shards)} on {tree}, --select {' '.join(CHECK_SELECT)}")
+    code = correctness(tree, out / "check" / "run", shards, CHECK_SELECT)
     outdir.write_json(out / "check" / "verdict.json", {"exit_code": code, "select": list(CHECK_SELECT),
                                                        "jobs": shards, "configs": changed})
     return code
@@ -160,20 +165,26 @@ def proposed_config_text(text: str, pass_: str, changed: dict) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def gpu_phases(args, pipeline, executor, out: Path, plan: dict, deadline: float) -> int:
-    time_buckets(args, pipeline, executor, out, plan, deadline)
-    choices = choose(pipeline.perf, out, plan, args.max_candidates)
+def gpu_phases(args, request: PerfRequest, plan: dict, deadline: float,
+               correctness: CorrectnessRun | None = None) -> int:
+    """Time, choose, verify and check (the module docstring); `correctness` runs the check
+    (None: only with --no-check)."""
+    out = request.out_dir
+    time_buckets(args, request, plan, deadline)
+    choices = choose(request.gate, out, plan, args.max_candidates)
     for bucket, c in choices.items():
         log(f"{bucket}: {c['measured']}/{c['shapes']} shapes measured; choice: "
             f"{c['choice'] or 'keep the current config'} {c['why']}")
     if not any(c["choice"] for c in choices.values()):
         return ExitCode.OK
-    if not verify(args, pipeline, executor, out, plan, choices, deadline):
+    if not verify(request, plan, choices, deadline):
         log("verify incomplete (budget): run the same command again with the same --out")
         return ExitCode.OK
     if args.no_check:
         log("correctness check skipped (--no-check); `propose` will say so")
         return ExitCode.OK
-    code = check(args, out, plan, choices)
+    if correctness is None:
+        raise ValueError("the correctness check needs a CorrectnessRun")
+    code = check(correctness, Path(args.root), out, plan, choices)
     log(f"check: exit {code}; next: mha-ci tune propose --from {out}")
     return ExitCode.OK if code in (None, 0) else ExitCode.GATE_FAILED

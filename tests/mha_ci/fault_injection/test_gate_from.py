@@ -19,7 +19,8 @@ from mha_ci.jobs import perf as perf_kind
 from mha_ci.jobs.context import JobContext, RunOptions
 from mha_ci.model.loader import load_pipeline
 from mha_ci.model.types import Job
-from mha_ci.perf import measure, report
+from mha_ci.perf.request import selected_workloads
+from mha_ci.perf import report
 from mha_ci.perf.gate_source import load_gate_source
 
 from perf_builders import doc, entry  # noqa: E402
@@ -52,7 +53,7 @@ def no_plot(monkeypatch):
 
 
 def store_baseline(root: Path, us: float) -> None:
-    keys = [w.key for w in measure.selected_workloads(load_pipeline(root), "full")]
+    keys = [w.key for w in selected_workloads(load_pipeline(root), "full")]
     path = root / BASELINE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc([entry(k, us) for k in keys])))
@@ -119,7 +120,7 @@ def test_the_shapes_and_method_come_from_the_base_too(head, base, tmp_path):
     perf_yaml.write_text(perf_yaml.read_text().replace("size: 40", "size: 4", 1))
     options = RunOptions(perf_subset="pr", gate_from=load_gate_source(base))
     result = judge(head, tmp_path / "out", 100.0, options)
-    assert result.details["shapes"] == len(measure.selected_workloads(load_pipeline(base), "pr")) > 4
+    assert result.details["shapes"] == len(selected_workloads(load_pipeline(base), "pr")) > 4
     assert "pipelines/perf.yaml (gate, subset)" in result.message
 
 

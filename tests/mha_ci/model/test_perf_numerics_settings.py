@@ -54,4 +54,4 @@ def test_the_gate_gets_the_checked_values(repo_root):
                                                                 spec.numerics.error_floor)
     assert 1 < policy.less_accurate_factor <= 10 and not policy.require_numerics
     # perf measure --against: both sides ran the payload that measures numerics
-    assert against_policy(spec).require_numerics
+    assert against_policy(gate_policy(spec), spec).require_numerics

@@ -28,7 +28,13 @@ from mha_ci.payloads import pincheck
 from mha_ci.perf import comparable
 from mha_ci.perf.compare import compare
 from perf_builders import gate
+from mha_ci.perf.config import gate_policy
 from mha_ci.refresh.core import RefreshPolicy, measurement_problems
+
+
+def _policy() -> RefreshPolicy:
+    spec = load_pipeline(REPO).perf
+    return RefreshPolicy.from_perf(spec, gate_policy(spec))
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -199,10 +205,10 @@ def test_committed_sm90_baselines_pass_the_refresh_checks(pipeline, toolchain):
     assert prov["pins_checked"] is False and prov["pin_mismatches"], "measured with the H200 image's torch"
     arch = pipeline.archs["sm90"]
     tc = pipeline.toolchains[toolchain].on(arch.platform)
-    bad, mismatch = measurement_problems(doc, arch, tc, doc, RefreshPolicy.from_perf(load_pipeline(REPO).perf), allow_unpinned=True)
+    bad, mismatch = measurement_problems(doc, arch, tc, doc, _policy(), allow_unpinned=True)
     assert mismatch == []
     # and without --pins record it is refused as unpinned, never taken silently
-    _, strict = measurement_problems(doc, arch, tc, doc, RefreshPolicy.from_perf(load_pipeline(REPO).perf))
+    _, strict = measurement_problems(doc, arch, tc, doc, _policy())
     assert any("unpinned measurement" in m for m in strict)
 
 

@@ -15,10 +15,11 @@ from mha_ci.jobs import perf as perf_kind
 from mha_ci.jobs.context import JobContext, RunOptions
 from mha_ci.model.loader import load_pipeline
 from mha_ci.model.types import Job
-from mha_ci.perf import accuracy, measure
+from mha_ci.perf import accuracy
 from mha_ci.perf.compare import compare
 from mha_ci.refresh import RefreshRefused, refresh
 from mha_ci.refresh.core import RefreshPolicy
+from mha_ci.perf.request import perf_request, selected_workloads
 
 from perf_builders import doc, entry, gate, numerics  # noqa: E402
 
@@ -109,7 +110,7 @@ class _FakePayload(Executor):
 @pytest.mark.slow   # over a second: out of `make test-fast`
 def test_the_perf_job_judges_numbers_against_the_accuracy_baseline(pipeline_root, tmp_path):
     pipeline = load_pipeline(pipeline_root)
-    keys = [w.key for w in measure.selected_workloads(pipeline, "pr")]
+    keys = [w.key for w in selected_workloads(pipeline, "pr")]
     base = pipeline_root / perf_baseline("sm90", "triton-3.4")
     base.parent.mkdir(parents=True, exist_ok=True)
     base.write_text(json.dumps(doc([entry(k, 100.0) for k in keys], versions={"torch": "2.13.0", "triton": "3.4.0"})))
@@ -129,7 +130,7 @@ def test_the_perf_job_judges_numbers_against_the_accuracy_baseline(pipeline_root
 
 @pytest.mark.slow
 def test_perf_accuracy_command_writes_checks_and_refuses(pipeline_root, tmp_path, capsys):
-    keys = [w.key for w in measure.selected_workloads(load_pipeline(pipeline_root), "pr")]
+    keys = [w.key for w in selected_workloads(load_pipeline(pipeline_root), "pr")]
     measured = tmp_path / "m.json"
     measured.write_text(json.dumps(_measured(keys)))
     root = ["--root", str(pipeline_root)]
@@ -158,8 +159,8 @@ def test_the_refresh_stores_the_accuracy_baseline_or_refuses(pipeline_root, tmp_
     _git(pipeline_root, "add", ".")
     _git(pipeline_root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "init")
     pipeline = load_pipeline(pipeline_root)
-    keys = [w.key for w in measure.selected_workloads(pipeline, "full")]
-    pr = [w.key for w in measure.selected_workloads(pipeline, "pr")]
+    keys = [w.key for w in selected_workloads(pipeline, "full")]
+    pr = [w.key for w in selected_workloads(pipeline, "pr")]
 
     def full(skip=()):
         d = _measured(keys, skip=skip)
@@ -171,13 +172,14 @@ def test_the_refresh_stores_the_accuracy_baseline_or_refuses(pipeline_root, tmp_
         return d
 
     policy = RefreshPolicy(max_noise_pct=5.0, gate=gate())
+    request = perf_request(pipeline, arch="sm90", toolchains=("triton-3.4",), out_dir=tmp_path, executor=None)
     with pytest.raises(RefreshRefused) as refused:
-        refresh(pipeline, "sm90", lambda arch, tc: full(skip=pr[:2]), out_dir=tmp_path / "o1", policy=policy,
-                today=dt.date(2026, 12, 2), toolchains=["triton-3.4"], allow_unpinned=True)
+        refresh(request, lambda arch, tc: full(skip=pr[:2]), out_dir=tmp_path / "o1", policy=policy,
+                today=dt.date(2026, 12, 2), allow_unpinned=True)
     assert refused.value.exit_code == ExitCode.GATE_FAILED
     assert any(f"{pr[0]}: measured without numerics" in r for r in refused.value.reasons)
-    result = refresh(pipeline, "sm90", lambda arch, tc: full(), out_dir=tmp_path / "o2", policy=policy,
-                     today=dt.date(2026, 12, 2), toolchains=["triton-3.4"], allow_unpinned=True)
+    result = refresh(request, lambda arch, tc: full(), out_dir=tmp_path / "o2", policy=policy,
+                     today=dt.date(2026, 12, 2), allow_unpinned=True)
     assert accuracy_baseline("sm90", "triton-3.4") in result.files
     stored = json.loads(_git(pipeline_root, "show", f"{result.branch}:{accuracy_baseline('sm90', 'triton-3.4')}"))
     assert [r["key"] for r in stored["results"]] == pr

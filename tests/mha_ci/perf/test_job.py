@@ -15,6 +15,7 @@ from mha_ci.jobs import perf as perf_kind
 from mha_ci.jobs.context import JobContext, RunOptions
 from mha_ci.perf import measure
 from mha_ci.perf.document import load_perf
+from mha_ci.perf.request import perf_request, selected_workloads
 from mha_ci.perf.shapes import pass_of_key
 
 from perf_builders import doc, entry, gate  # noqa: E402
@@ -66,7 +67,7 @@ def _baseline(root, keys_us):
 def test_perf_job_passes_fails_and_reports(checkout, tmp_path, monkeypatch):
     pipeline = load_pipeline(checkout)
     job = Job(kind="perf", arch="sm90", toolchain="triton-3.4")
-    keys = [w.key for w in measure.selected_workloads(load_pipeline(checkout), "pr")]
+    keys = [w.key for w in selected_workloads(load_pipeline(checkout), "pr")]
     # no baseline yet: the job cannot pass
     result = perf_kind.run_job(job, JobContext(pipeline, FakeExecutor(), tmp_path / "o0", PR))
     assert result.verdict == "fail" and "no baseline" in result.message
@@ -99,11 +100,13 @@ def test_payload_environment_problem_is_exit_3(checkout, tmp_path):
 
 def test_interleave_runs_abba_merges_and_compares(checkout, tmp_path):
     assert measure.interleave_order(3, "a", "b") == [(1, "a"), (1, "b"), (2, "b"), (2, "a"), (3, "a"), (3, "b")]
-    pipeline = load_pipeline(checkout)
-    rel = "inter"
-    _, _, count = measure.write_inputs(load_pipeline(checkout), tmp_path / rel, "pr")
     fake = FakeExecutor(us=lambda key, tc: 100.0 if tc == "triton-3.4" else 90.0)
-    docs = measure.measure_interleaved(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel, 4)
+    request = perf_request(load_pipeline(checkout), arch="sm90", toolchains=("triton-3.4", "triton-3.8"), subset="pr",
+                           out_dir=tmp_path, executor=fake)
+    rel = "inter"
+    inputs = measure.write_inputs(request, rel)
+    count = inputs.count
+    docs = measure.measure_interleaved(request, inputs, 4)
     assert [r[0] for r in fake.runs] == ["triton-3.4", "triton-3.8", "triton-3.8", "triton-3.4"] * 2
     for tc in ("triton-3.4", "triton-3.8"):
         merged = load_perf(tmp_path / rel / f"perf-{tc}.json")
@@ -144,11 +147,13 @@ class LockstepFake(FakeExecutor):
 
 
 def test_lockstep_runs_both_sides_at_once_and_compares(checkout, tmp_path):
-    pipeline = load_pipeline(checkout)
-    rel = "lock"
-    _, _, count = measure.write_inputs(load_pipeline(checkout), tmp_path / rel, "pr")
     fake = LockstepFake(us=lambda key, tc: 100.0 if tc == "triton-3.4" else 90.0)
-    docs = measure.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, rel)
+    request = perf_request(load_pipeline(checkout), arch="sm90", toolchains=("triton-3.4", "triton-3.8"), subset="pr",
+                           out_dir=tmp_path, executor=fake)
+    rel = "lock"
+    inputs = measure.write_inputs(request, rel)
+    count = inputs.count
+    docs = measure.measure_lockstep(request, inputs)
     log = (tmp_path / rel / "lockstep" / "log").read_text().splitlines()
     # (the message shows the schedule as it ran, should this ever fail)
     assert len(log) == 2 + 2 * count and [line.split()[1] for line in log[:6]] == list("ababba"), \
@@ -156,21 +161,22 @@ def test_lockstep_runs_both_sides_at_once_and_compares(checkout, tmp_path):
     for tc in docs:
         assert len(load_perf(tmp_path / rel / f"perf-{tc}.json")["results"]) == count
     with pytest.raises(ConfigError):
-        measure.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.4"), "sm90", tmp_path, rel)
+        measure.measure_lockstep(replace(request, toolchains=("triton-3.4", "triton-3.4")), inputs)
 
 
 def test_lockstep_failure_of_one_side_stops_the_other(checkout, tmp_path):
-    pipeline = load_pipeline(checkout)
-    measure.write_inputs(load_pipeline(checkout), tmp_path / "lock", "pr")
     fake = LockstepFake(fail_toolchain="triton-3.8")
+    request = perf_request(load_pipeline(checkout), arch="sm90", toolchains=("triton-3.4", "triton-3.8"), subset="pr",
+                           out_dir=tmp_path, executor=fake)
+    inputs = measure.write_inputs(request, "lock")
     with pytest.raises(EnvironmentProblem):
-        measure.measure_lockstep(fake, pipeline, ("triton-3.4", "triton-3.8"), "sm90", tmp_path, "lock")
+        measure.measure_lockstep(request, inputs)
 
 
 @pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 def test_repeat_runs_separate_processes_and_combines_them(checkout, tmp_path, monkeypatch):
     pipeline = load_pipeline(checkout)
-    keys = [w.key for w in measure.selected_workloads(load_pipeline(checkout), "pr")]
+    keys = [w.key for w in selected_workloads(load_pipeline(checkout), "pr")]
     _baseline(checkout, {k: 100.0 for k in keys})
     # the first shape lands on a slow mode in one process of three: the median run is unaffected
     calls = {"n": 0}

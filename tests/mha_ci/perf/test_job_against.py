@@ -14,7 +14,7 @@ from mha_ci.jobs import perf as perf_kind
 from mha_ci.jobs.context import JobContext, RunOptions
 from mha_ci.model.loader import load_pipeline
 from mha_ci.model.types import Job
-from mha_ci.perf import measure
+from mha_ci.perf.request import selected_workloads
 
 from ab_sides import AbSides  # noqa: E402
 from perf_builders import doc, entry  # noqa: E402
@@ -45,7 +45,7 @@ def _run(checkout, tmp_path, fake, monkeypatch, name, against=None):
 @pytest.mark.slow   # over a second: out of `make test-fast`
 def test_the_ab_judges_head_against_base_and_notes_the_stored_baseline(checkout, tmp_path, monkeypatch):
     root, _ = checkout
-    keys = [w.key for w in measure.selected_workloads(load_pipeline(root), "pr")]
+    keys = [w.key for w in selected_workloads(load_pipeline(root), "pr")]
     result = _run(checkout, tmp_path, AbSides(), monkeypatch, "o1")
     assert result.verdict == "pass", result.message
     assert result.details["summary"]["ok"] == len(keys) and result.details["against"]

@@ -6,6 +6,7 @@ import pytest
 from mha_ci.model.loader import load_pipeline
 from mha_ci.perf import measure
 from mha_ci.perf.document import load_perf
+from mha_ci.perf.request import numerics_apply, perf_request
 
 from ab_sides import AbSides  # noqa: E402
 
@@ -15,11 +16,18 @@ def pipeline(pipeline_root):
     return load_pipeline(pipeline_root)
 
 
+def _request(pipeline, out_dir, executor, numerics=True):
+    return perf_request(pipeline, arch="sm90", toolchains=("triton-3.4",), subset="pr", numerics=numerics,
+                        out_dir=out_dir, executor=executor)
+
+
 def test_against_attaches_versus_to_the_head_and_deletes_the_outputs(pipeline, tmp_path):
     rel = "against"
-    _, _, count = measure.write_inputs(pipeline, tmp_path / rel, "pr")
     fake = AbSides()
-    docs = measure.measure_against((fake, fake), ("b" * 40, "h" * 40), pipeline, "triton-3.4", "sm90", tmp_path, rel)
+    request = _request(pipeline, tmp_path, fake)
+    inputs = measure.write_inputs(request, rel)
+    count = inputs.count
+    docs = measure.measure_against(request, inputs, (fake, fake), ("b" * 40, "h" * 40))
     assert [m for m, _ in fake.runs].count("numerics") == 1
     head = load_perf(tmp_path / rel / "perf-head.json")
     assert len(head["results"]) == count
@@ -32,16 +40,17 @@ def test_against_attaches_versus_to_the_head_and_deletes_the_outputs(pipeline, t
 
 def test_a_failed_comparison_leaves_the_head_without_versus(pipeline, tmp_path, capsys):
     rel = "against"
-    measure.write_inputs(pipeline, tmp_path / rel, "pr")
     fake = AbSides(compare_fails=True)
-    docs = measure.measure_against((fake, fake), ("b" * 40, None), pipeline, "triton-3.4", "sm90", tmp_path, rel)
+    request = _request(pipeline, tmp_path, fake)
+    docs = measure.measure_against(request, measure.write_inputs(request, rel), (fake, fake), ("b" * 40, None))
     assert all("versus" not in r["numerics"] for r in docs["head"]["results"])
     assert "comparing the outputs of base and head failed" in capsys.readouterr().err
     assert not (tmp_path / rel / "outputs").exists()
 
 
 def test_no_numerics_saves_and_compares_nothing(pipeline, tmp_path):
-    measure.write_inputs(pipeline, tmp_path / "r", "pr")
+    request = _request(pipeline, tmp_path, None, numerics=False)
+    inputs = measure.write_inputs(request, "r")
 
     class TimeOnly(AbSides):
         def run(self, payload):
@@ -50,11 +59,10 @@ def test_no_numerics_saves_and_compares_nothing(pipeline, tmp_path):
             raise RuntimeError("stop here")
 
     with pytest.raises(RuntimeError):
-        measure.measure_against((TimeOnly(), TimeOnly()), ("b" * 40, None), pipeline, "triton-3.4", "sm90",
-                                tmp_path, "r", numerics=False)
+        measure.measure_against(request, inputs, (TimeOnly(), TimeOnly()), ("b" * 40, None))
 
 
 def test_numerics_apply_to_the_mha_kernel_on_a_gpu_only(pipeline):
-    assert measure.numerics_apply(pipeline, "sm90", "mha")
-    assert not measure.numerics_apply(pipeline, "sm90", "sdpa")
-    assert not measure.numerics_apply(pipeline, "interpreter", "mha")
+    assert numerics_apply(pipeline, "sm90", "mha")
+    assert not numerics_apply(pipeline, "sm90", "sdpa")
+    assert not numerics_apply(pipeline, "interpreter", "mha")

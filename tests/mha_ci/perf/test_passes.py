@@ -10,6 +10,7 @@ from mha_ci.perf import calibrate, measure
 from mha_ci.perf.compare import compare
 from mha_ci.model.loader import load_pipeline
 from mha_ci.perf.config import against_policy, gate_policy
+from mha_ci.perf.request import perf_request
 
 FWD = "dense_b8_hq48_hk8_sq2048_sk2048_dqk64_dv64_c1"
 BWD = FWD + "_bwd"
@@ -44,8 +45,8 @@ def test_same_code_marks_shapes_whose_code_objects_are_identical():
 
 def test_against_has_its_own_floor_from_perf_yaml(repo_root):
     spec = load_pipeline(repo_root).perf
-    assert against_policy(spec).floor_pct == spec.against.floor_pct
-    assert against_policy(spec).k == gate_policy(spec).k
+    assert against_policy(gate_policy(spec), spec).floor_pct == spec.against.floor_pct
+    assert against_policy(gate_policy(spec), spec).k == gate_policy(spec).k
 
 
 def test_calibration_reports_each_pass_and_judges_a_planted_run_against_its_own_base(tmp_path, repo_root):
@@ -94,10 +95,11 @@ def test_a_planted_slowdown_goes_to_the_candidate_side_only(monkeypatch, tmp_pat
             raise RuntimeError("stop here")
 
     monkeypatch.setenv("MHA_PERF_PLANT_SLOWDOWN", "3")
-    pipeline = load_pipeline(repo_root)
+    request = perf_request(load_pipeline(repo_root), arch="sm90", toolchains=("triton-3.4",), subset="pr",
+                           out_dir=tmp_path, executor=None)
     try:
-        measure.measure_against((Recorder(), Recorder()), ("a" * 40, None), pipeline, "triton-3.4", "sm90",
-                                tmp_path, "rel")
+        measure.measure_against(request, measure.write_inputs(request, "rel"), (Recorder(), Recorder()),
+                                ("a" * 40, None))
     except RuntimeError:
         pass
     assert envs == {"perf-base.json": {}, "perf-head.json": {"MHA_PERF_PLANT_SLOWDOWN": "3"}}

@@ -17,6 +17,8 @@ from mha_ci.model.loader import load_pipeline
 from mha_ci.refresh import RefreshRefused, refresh
 from mha_ci import git as git_branch
 from mha_ci.refresh.core import RefreshPolicy
+from mha_ci.perf.config import gate_policy
+from mha_ci.perf.request import perf_request
 from perf_builders import gate
 
 DATE = dt.date(2026, 11, 30)
@@ -81,8 +83,14 @@ def measure_with(docs: dict):
     return lambda arch, toolchain: docs[toolchain.name]
 
 
-def run(repo: Path, docs: dict, scratch: Path, **kw):
-    return refresh(load_pipeline(repo), "sm90", measure_with(docs), out_dir=scratch / "out",
+def request_for(repo: Path, arch: str = "sm90", toolchains=None, out_dir: Path | None = None):
+    pipeline = load_pipeline(repo)
+    return perf_request(pipeline, arch=arch, toolchains=toolchains or list(pipeline.toolchains),
+                        out_dir=out_dir or repo / "out", executor=None)
+
+
+def run(repo: Path, docs: dict, scratch: Path, toolchains=None, **kw):
+    return refresh(request_for(repo, toolchains=toolchains), measure_with(docs), out_dir=scratch / "out",
                    policy=POLICY, today=DATE, **kw)
 
 
@@ -216,7 +224,7 @@ def test_existing_branch_is_an_environment_error(repo, scratch):
 
 def test_arch_without_refresh_job_is_a_config_error(repo, scratch):
     with pytest.raises(ConfigError, match="no refresh job"):
-        refresh(load_pipeline(repo), "interpreter", measure_with({}), out_dir=scratch / "out", policy=POLICY)
+        refresh(request_for(repo, "interpreter"), measure_with({}), out_dir=scratch / "out", policy=POLICY)
 
 
 def of_head(repo: Path, doc: dict) -> dict:
@@ -299,7 +307,7 @@ def test_policy_comes_from_pipelines_perf_yaml(repo):
     import yaml
 
     raw = yaml.safe_load((repo / "pipelines" / "perf.yaml").read_text())
-    policy = RefreshPolicy.from_perf(load_pipeline(repo).perf)
+    policy = RefreshPolicy.from_perf(load_pipeline(repo).perf, gate_policy(load_pipeline(repo).perf))
     assert policy.max_noise_pct == raw["refresh"]["max_noise_pct"]
     assert policy.gate.floor_pct == raw["gate"]["floor_pct"] and policy.gate.k == raw["gate"]["k"]
 
@@ -521,3 +529,19 @@ def test_the_refresh_job_measures_again_only_the_stalled_shape(repo, scratch):
     branch = result.details["branch"]
     stored = json.loads(git(repo, "show", f"{branch}:perf_baselines/sm90/triton-3.4.json"))
     assert list(stored["selection"]["remeasured"]) == [full[0]]
+
+
+def test_the_refresh_job_refuses_a_working_tree_that_is_not_head(repo, scratch):
+    """The job stores its baseline as HEAD's, as `perf refresh` does: one rule (refresh.clean_tree),
+    checked before anything is measured; an error verdict, exit 2."""
+    from mha_ci.jobs.runner import run_job
+    from mha_ci.model.types import Job, PlannedJob
+
+    (repo / "src").mkdir(exist_ok=True)
+    (repo / "src" / "new_kernel.py").write_text("# untracked\n")
+    executor = StallOnceExecutor()
+    job = Job(kind="refresh", arch="sm90", toolchain="triton-3.4")
+    result = run_job(PlannedJob(job, "test"), JobContext(load_pipeline(repo), executor, scratch / "o"))
+    assert result.verdict == "error" and result.exit_code == ExitCode.CONFIG_ERROR
+    assert "differs from HEAD in 1 untracked file(s) (src/new_kernel.py)" in result.message
+    assert executor.asked == [] and BRANCH_34 not in git(repo, "branch", "--list")

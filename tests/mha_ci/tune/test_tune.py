@@ -12,7 +12,7 @@ import pytest
 
 from mha_ci.model.loader import load_pipeline
 from mha_ci.perf.buckets import bucket_of, select_bucket
-from mha_ci.tune import outdir, plan, prune, rules, select, space, targets
+from mha_ci.tune import outdir, plan, prune, rules, select, session, space, targets
 
 ROOT = Path(__file__).resolve().parents[3]
 # the regressed rows of the 2026-11-29 record's golden-3.4-vs-tot-3.8-full/compare.json
@@ -210,7 +210,7 @@ def test_report_picks_regressed_buckets_and_shapes():
 def test_report_buckets_are_timed_on_all_their_workload_shapes():
     """The regressed shapes are the goal; every other workload shape of the bucket is timed too,
     so a candidate that recovers the regressions by slowing the rest cannot be chosen."""
-    from mha_ci.perf.measure import selected_workloads
+    from mha_ci.perf.request import selected_workloads
     workloads = selected_workloads(load_pipeline(ROOT), "full")
     entries = [w.to_dict() for w in workloads]
     chosen = {t.bucket: t for t in targets.choose(entries, None, targets.read_report(REPORT))}
@@ -239,7 +239,7 @@ def test_a_bucket_with_an_unmasked_config_is_tuned_on_its_banded_shapes_only():
     """The `unmasked` config serves the shapes without a band; tune changes only the bucket's own
     config, so it times only the shapes that config serves, and says so when none is left."""
     from mha_ci.errors import ConfigError
-    from mha_ci.perf.measure import selected_workloads
+    from mha_ci.perf.request import selected_workloads
     entries = [w.to_dict() for w in selected_workloads(load_pipeline(ROOT), "full")]
     target = targets.choose(entries, ["default"], None)[0]
     sm90 = rules.load_config(ROOT, "sm90")["forward"]["default"]
@@ -415,3 +415,22 @@ def test_timing_payload_runs_and_resumes_under_the_interpreter(tmp_path):
         assert all(c["stats"]["trimmed_mean_us"] > 0 and c["max_abs_diff"] < 1e-2 for c in row["configs"].values())
     session._run_time_payload(executor, pipeline, plan, "timing/b", tmp_path, _time.time() + 300)
     assert len(outdir.read_lines(tmp_path / "timing" / "b" / "results.jsonl")) == 2      # resumed: nothing re-measured
+
+
+def test_the_check_runs_the_correctness_jobs_through_the_callable_it_is_given(tmp_path):
+    """session.check hands the copied checkout to the job layer's runner (passed in by the command),
+    no subprocess; the exit code it returns is the verdict recorded."""
+    calls = []
+
+    def correctness(tree, out, job_ids, select):
+        config = json.loads((tree / "src" / "mha" / "configs" / "sm90-MHA-DEFAULT.json").read_text())
+        calls.append((out, job_ids, select, config["forward"]["default"]["BLOCK_M"]))
+        return 1
+
+    plan = {"arch": "sm90", "toolchain": "triton-3.8", "pass": "forward"}
+    choices = {"default": {"choice": "c1", "config": {"BLOCK_M": 16}}}
+    assert session.check(correctness, ROOT, tmp_path, plan, choices) == 1
+    (out, job_ids, select, block_m), = calls
+    assert out == tmp_path / "check" / "run" and select == session.CHECK_SELECT and block_m == 16
+    assert job_ids == [f"correctness-sm90-triton-3.8-{i}of4" for i in range(1, 5)]
+    assert outdir.read_json(tmp_path / "check" / "verdict.json")["exit_code"] == 1

@@ -14,6 +14,7 @@ import pytest
 from mha.config import REQUIRED_KEYS
 from mha_ci.model.loader import load_pipeline
 from mha_ci.perf.buckets import bucket_of
+from mha_ci.perf.request import perf_request
 from mha_ci.tune import outdir, plan as plan_mod, proposal, rules, select, session, targets
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -31,7 +32,7 @@ def _git(repo, *args):
 
 @pytest.fixture(scope="module")
 def workloads():
-    from mha_ci.perf.measure import selected_workloads
+    from mha_ci.perf.request import selected_workloads
     found = selected_workloads(load_pipeline(ROOT), "full")
     return [w.to_dict() for w in found]
 
@@ -129,7 +130,8 @@ def test_backward_run_chooses_the_fastest_config_verifies_and_proposes(pipeline,
                         _fake_payload(lambda cid, cfg: 100.0 if cfg is None else speeds.get(cid, 97.0),
                                       wrong=frozenset({wrong})))
     args = SimpleNamespace(root=ROOT, seconds_per_shape=0.3, max_candidates=6, no_check=True)
-    assert session.gpu_phases(args, pipeline, None, out, plan, deadline=time.time() + 60) == 0
+    request = perf_request(pipeline, arch=plan["arch"], toolchains=(plan["toolchain"],), out_dir=out, executor=None)
+    assert session.gpu_phases(args, request, plan, deadline=time.time() + 60) == 0
 
     choice = outdir.read_json(out / "choices.json")["default"]
     assert choice["choice"] == fastest and choice["config"] == timed[fastest]
@@ -164,7 +166,7 @@ def test_the_command_takes_a_backward_plan_to_the_gpu_phases(tmp_path, monkeypat
             "seconds": 0.0, "buckets": []}
     monkeypatch.setattr(command, "_plan", lambda args, pipeline, executor, out: plan)
 
-    def gpu_phases(args, pipeline, executor, out, plan_, deadline):
+    def gpu_phases(args, request, plan_, deadline, correctness):
         seen["pass"] = plan_["pass"]
         return 0
 
