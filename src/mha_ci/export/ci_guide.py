@@ -144,6 +144,11 @@ def _trust_lines() -> list[str]:
         "catches mistakes, not a fork: a `pull_request` run executes the pull request's own `pr.yml` and its own "
         "`mha-ci`, which a fork can rewrite, guard and `--check` step included. What keeps a fork off the GPU "
         "machines is that only workflow files of the default branch are admitted to them (settings below).",
+        "- **Caches are written by the default branch only.** The CPU jobs restore the toolchain environments "
+        "and the compile cache (`actions/cache/restore`); only `main.yml` on a push to the default branch saves "
+        "them (`actions/cache/save`), so a pull request never writes an entry another run restores. What is "
+        "restored is checked all the same: the environments against the lock's wheels, the compile cache by "
+        "compiling a share of its hits again.",
         f"- **GPU jobs of a pull request** run in `pr-gpu.yml` once a maintainer with write access has reviewed "
         f"the change and commented `{APPROVAL_COMMAND} <sha>` on the pull request, with the full 40-character SHA "
         "of the head commit they reviewed. The approval names a commit, not the pull request: a label would "

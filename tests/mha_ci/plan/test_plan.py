@@ -65,7 +65,7 @@ def test_pull_request_labeled_sm90(repo_root, capsys, tmp_path):
         "no label ci:gfx942 or ci:all and no change to src/mha/configs/gfx942-*"
     assert skipped["perf-gfx950-triton-3.4"].startswith("no label ci:gfx950 or ci:all")
     assert "ci:perf" in skipped["perf-gfx950-triton-3.4"]
-    assert "no change to src/mha/**" in skipped["checksums-interpreter-triton-3.4"]
+    assert "no change to src/mha/**" in skipped["checksums-interpreter-triton-3.4-1of4"]
 
 
 def test_pull_request_config_change_adds_that_arch(repo_root, capsys):
@@ -77,9 +77,9 @@ def test_pull_request_config_change_adds_that_arch(repo_root, capsys):
     planned = _planned(result)
     assert planned["correctness-gfx942-triton-3.8-4of4"] == "path src/mha/configs/gfx942-MHA-DEFAULT.json"
     assert planned["perf-gfx942-triton-3.4"] == "path src/mha/configs/gfx942-MHA-DEFAULT.json"
-    # checksums: one job per toolchain, on the CPU runner (arch `interpreter`)
-    assert planned["checksums-interpreter-triton-3.4"] == "path src/mha/configs/gfx942-MHA-DEFAULT.json"
-    assert "checksums-interpreter-triton-3.8" in planned
+    # checksums: four shards per toolchain, on the CPU runner (arch `interpreter`)
+    assert planned["checksums-interpreter-triton-3.4-2of4"] == "path src/mha/configs/gfx942-MHA-DEFAULT.json"
+    assert {f"checksums-interpreter-{tc}-{i}of4" for tc in TOOLCHAINS for i in range(1, 5)} <= set(planned)
     assert not any(job_id.startswith(("correctness-sm90", "perf-sm90")) for job_id in planned)
 
 
@@ -101,7 +101,7 @@ def test_documentation_only_runs_no_gpu_and_no_perf_job(repo_root, capsys):
     skipped = _skipped(result)
     assert skipped["correctness-gfx950-triton-3.4-1of4"].startswith("only documentation changed: only docs jobs run")
     assert skipped["correctness-interpreter-triton-3.4-1of2"].startswith("only documentation changed")
-    assert "checksums-interpreter-triton-3.4" in skipped
+    assert "checksums-interpreter-triton-3.4-1of4" in skipped
 
 
 def test_documentation_plus_code_is_not_documentation_only(repo_root, capsys, tmp_path):
@@ -138,8 +138,8 @@ def _everything_but_refresh() -> set[tuple[str, str]]:
 def test_push_to_main_runs_everything_but_refresh(repo_root, capsys):
     result = _plan(repo_root, capsys, "--github-event", str(EVENTS / "push_main.json"))
     assert _pairs(result) == _everything_but_refresh()
-    # correctness shards, perf, checksums, the docs check (no toolchain: once)
-    assert len(result["jobs"]) == 3 * 4 * 2 + 2 * 2 + 3 * 2 + 2 + 1
+    # correctness shards, perf, checksums shards, the docs check (no toolchain: once)
+    assert len(result["jobs"]) == 3 * 4 * 2 + 2 * 2 + 3 * 2 + 4 * 2 + 1
     assert set(_planned(result).values()) == {"push to main: every arch"}
     assert _skipped(result)["refresh-sm90-triton-3.4"].startswith("refresh on sm90 is not part of the push pipeline")
 
@@ -277,7 +277,7 @@ def test_text_format_is_a_table(repo_root, capsys):
     assert main(["--root", str(repo_root), "plan", "--github-event", str(EVENTS / "schedule.json")]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0] == "10 jobs planned, 47 skipped"
+    assert lines[0] == "10 jobs planned, 53 skipped"
     assert lines[2].split() == ["JOB", "KIND", "ARCH", "TOOLCHAIN", "SHARD", "WHY"]
     assert lines[3].split()[:5] == ["refresh-gfx942-triton-3.4", "refresh", "gfx942", "triton-3.4", "-"]
     assert "skipped:" in lines
