@@ -50,7 +50,7 @@ plan: $(STAMP)
 
 # The pull-request pipeline, locally, on the default venv executor, for the changes git shows
 # against the default branch (commits since the merge base, staged, unstaged, untracked): a
-# docs-only change plans almost nothing. With nothing to compare against (a clean clone of main,
+# docs-only change plans only the docs check (seconds). With nothing to compare against (a clean clone of main,
 # not a git checkout) every path counts as changed. CI_ARGS=--all always runs everything.
 # Jobs that need a GPU are listed as not run, with the reason.
 ci: setup

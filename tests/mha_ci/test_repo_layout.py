@@ -42,7 +42,8 @@ def test_architecture_names_every_runner_folder():
 
 DOC_REF = re.compile(r"\bdocs/[A-Za-z0-9_./-]*[A-Za-z0-9_/-]")
 # Paths the plan tests and path rules use as examples of documentation changes, not references.
-EXAMPLES = {"docs/a/b.md", "docs/x.md", "docs/notes.md", "docs/guide/index.html"}
+EXAMPLES = {"docs/a/b.md", "docs/x.md", "docs/notes.md", "docs/guide/index.html",
+            "docs/guide.md", "docs/new.md"}      # the docs job's tests write these in a checkout of their own
 
 
 def test_every_docs_path_the_code_names_exists():

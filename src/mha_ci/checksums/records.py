@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mha_ci.checksums.slices import Slice
 from mha_ci.errors import ConfigError
 from mha_ci.files import read_capped, unique_keys, write_atomic
 
@@ -121,6 +122,14 @@ class CodeObjectFile:
         return CodeObjectFile(self.toolchain, tuple(r for r in self.records if substring in r.key),
                               self.determinism, self.errors, self.stats,
                               tuple(r for r in self.refused if substring in r["key"]), self.cache_check)
+
+    def only_slice(self, slice_: Slice | None) -> "CodeObjectFile":
+        """The records of one checksums shard's slice (mha_ci.checksums.slices); all of them for None."""
+        if slice_ is None:
+            return self
+        return CodeObjectFile(self.toolchain, tuple(r for r in self.records if slice_.holds(r.key)),
+                              self.determinism, self.errors, self.stats,
+                              tuple(r for r in self.refused if slice_.holds(r["key"])), self.cache_check)
 
     def to_json(self, stored: bool = False) -> dict:
         """`stored=True`: only what belongs in perf_baselines/ (no run details), so an update

@@ -25,6 +25,7 @@ from mha_ci.checksums import limits as limits_mod
 from mha_ci.checksums import records as records_mod
 from mha_ci.checksums.diff import Difference, compare, render
 from mha_ci.checksums.explain import explain
+from mha_ci.checksums.slices import Slice
 from mha_ci.errors import ConfigError, ExitCode, MhaCiError
 from mha_ci.files import write_atomic
 from mha_ci.executors.base import Executor, PayloadRun
@@ -32,6 +33,12 @@ from mha_ci.model.lockfile import lock_sha256
 from mha_ci.model.types import Arch, Toolchain
 
 OUT_SUBDIR = "code_objects"
+
+
+def out_folder(slice_: Slice | None) -> str:
+    """Where a run's records and verdict go under the out folder: a shard's in a folder of its
+    own, so the shards of one local run (`make ci` runs them in turn) keep each other's files."""
+    return OUT_SUBDIR if slice_ is None else f"{OUT_SUBDIR}/slice-{slice_.index}of{slice_.count}"
 PAYLOAD_TIMEOUT_S = 4 * 3600
 
 
@@ -99,18 +106,20 @@ def _target_args(archs: list[Arch]) -> list[str]:
 def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Executor, out_dir: Path, *,
             job_arch: Arch | None = None, jobs: int | None = None, only: str | None = None,
             package: str = "mha", determinism_sample: int = 3, use_cache: bool = True,
-            platform: str = "cpu", recheck: float | None = None, seed: int | None = None) -> Computed:
+            platform: str = "cpu", recheck: float | None = None, seed: int | None = None,
+            slice_: Slice | None = None) -> Computed:
     """platform: the toolchain environment that compiles. Ahead-of-time compiles need no device,
     so cpu by default; cuda compiles the same variants in the sm90 jobs' image or venv, to show
     that environment produces the same code objects. recheck: the share of the compile cache's
     hits compiled again (None: the payload's default); seed: of the sample and recheck draws
-    (None: drawn, and recorded in the result)."""
+    (None: drawn, and recorded in the result); slice_: compile only that slice of the variants
+    (one shard of the checksums job, mha_ci.checksums.slices)."""
     targets = compile_archs(archs)
     toolchain = toolchain.on(platform)
     if not targets:
         raise MhaCiError("no arch with a compile_target selected (archs.yaml compile_target)")
     check_stored(root, toolchain.name)
-    relative = f"{OUT_SUBDIR}/{toolchain.name}.json"
+    relative = f"{out_folder(slice_)}/{toolchain.name}.json"
     args = ["compute", "--out", relative, "--package", package, "--determinism-sample", str(determinism_sample)]
     args += _target_args(targets)
     caches: tuple[Path, ...] = ()
@@ -130,6 +139,8 @@ def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Execu
         args += ["--jobs", str(jobs)]
     if only:
         args += ["--only", only]
+    if slice_ is not None:
+        args += ["--slice", str(slice_)]
     out_file = Path(out_dir) / relative
     if out_file.exists():
         out_file.unlink()          # never read a previous run's file as this run's result
@@ -199,8 +210,10 @@ class Verdict:
                                  "deltas": {k: list(v) for k, v in d.deltas.items()}} for d in self.differences]}
 
 
-def judge(root: Path, computed: Computed, archs: list[Arch], only: str | None = None) -> Verdict:
-    """Compare with the stored file, restricted to the archs computed."""
+def judge(root: Path, computed: Computed, archs: list[Arch], only: str | None = None,
+          slice_: Slice | None = None) -> Verdict:
+    """Compare with the stored file, restricted to the archs computed (and to the slice of keys
+    computed: a stored record of another shard's slice is that shard's to compare)."""
     fresh = computed.codeobjs
     name = fresh.toolchain.get("name", computed.path.stem)
     names = [a.name for a in compile_archs(archs)]
@@ -213,7 +226,7 @@ def judge(root: Path, computed: Computed, archs: list[Arch], only: str | None = 
         lines.append(f"no stored checksums for {name}: {path} does not exist "
                      f"(run `mha-ci checksums update --toolchain {computed.path.stem}`)")
     else:
-        stored = read_stored(path).only_archs(names).only_keys(only)
+        stored = read_stored(path).only_archs(names).only_keys(only).only_slice(slice_)
         # a refused variant has no code object: its failure is the breach, not a "removed"
         refused = {r["key"] for r in fresh.refused}
         stored = replace(stored, records=tuple(r for r in stored.records if r.key not in refused))
@@ -281,8 +294,8 @@ def resource_lines(verdict: Verdict, records, archs) -> list[str]:
     return lines
 
 
-def write_verdict(out_dir: Path, verdict: Verdict) -> list[Path]:
-    base = Path(out_dir) / OUT_SUBDIR
+def write_verdict(out_dir: Path, verdict: Verdict, slice_: Slice | None = None) -> list[Path]:
+    base = Path(out_dir) / out_folder(slice_)
     base.mkdir(parents=True, exist_ok=True)
     text, data = base / f"{verdict.toolchain}.verify.txt", base / f"{verdict.toolchain}.verify.json"
     text.write_text(verdict.table)

@@ -98,6 +98,9 @@ def handle(args) -> int:
     with exclusive_folder(out_dir, "--out"):
         report = run_jobs(runnable, JobContext(pipeline, executor, out_dir, options), not_run=not_run,
                           skipped=skipped)
+    if not report.results:
+        print("mha-ci: no job ran on this machine: nothing vouches for the change, so the run is not a pass",
+              file=sys.stderr)
     print(f"mha-ci: {len(report.results)} job(s) ran, {len(not_run)} not run; "
           f"summary: {out_dir / 'summary.md'}; exit {report.exit_code}", file=sys.stderr)
     return report.exit_code

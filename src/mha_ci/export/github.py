@@ -41,13 +41,18 @@ actionlint run in `make lint`):
   edit that step too: the default branch's workflows are the guard, not this check).
 
 The CPU jobs keep the venv executor's cache (~/.cache/mha-ci, the runner's) between runs, in two
-actions/cache entries with their own keys, so a kernel change still reuses the toolchain env:
+cache entries with their own keys, so a kernel change still reuses the toolchain env:
 - venvs/: per toolchain, keyed by its lock file and the Python that built it (a venv names its
   interpreter's path). No restore-keys: an environment of other pins is never used (its folder
   name is the lock's digest), so restoring one would only cost the download;
-- checksums/ (the compile cache; checksums jobs only): keyed by the lock file and src/mha/**,
-  restore-keys down to the toolchain, because each entry carries its own full key (sources,
-  config, variant, toolchain), so an older cache is safe and its untouched entries still hit.
+- checksums/ (the compile cache; checksums jobs only): keyed by the job id (toolchain and shard:
+  each shard compiles its own slice of the variants), the lock file and src/mha/**, restore-keys
+  down to the job id, because each entry carries its own full key (sources, config, variant,
+  toolchain), so an older cache is safe and its untouched entries still hit.
+Every workflow only restores them (actions/cache/restore); main.yml saves them (actions/cache/save)
+on a push to the default branch, so the entries a pull request restores were written by the
+default branch's code, never by another pull request's (nor by its own earlier push). The
+payloads check what they restore all the same (mha_ci.executors.venv, mha_ci.checksums.cache).
 pr-gpu.yml uses no cache: a `pull_request_target` run writes the default branch's cache scope.
 GPU jobs (main.yml and pr-gpu.yml alike, export/steps.py) run the job's command in `docker run`
 of the toolchain image from one step, and upload from the runner once that container is removed.
@@ -183,7 +188,7 @@ def pr_workflow(pipeline: Pipeline) -> dict:
         "concurrency": {"group": "pr-${{ github.event.pull_request.number }}", "cancel-in-progress": True},
         "jobs": {
             "plan": plan_job(steps, ("cpu", "cpu_count", "gpu_count"), condition),
-            "cpu": cpu_job(),
+            "cpu": cpu_job(save_caches=False),
             "gate": gate_job(["plan", "cpu"]),
         },
     }
@@ -208,7 +213,7 @@ def main_workflow(pipeline: Pipeline) -> dict:
         "concurrency": {"group": "main-${{ github.sha }}", "cancel-in-progress": False},
         "jobs": {
             "plan": plan_job(_plan_steps(plan_cmd, env, None, group=None), ("cpu", "cpu_count", "gpu", "gpu_count")),
-            "cpu": cpu_job(),
+            "cpu": cpu_job(save_caches=True),
             # A dispatch on another branch runs that branch's copy of this file: no GPU for it
             # (the gate then names the GPU jobs as missing).
             "gpu": gpu_job("push", ON_DEFAULT_BRANCH),

@@ -102,13 +102,19 @@ def matrices(pipeline: Pipeline, plan: dict) -> dict[str, dict]:
         except (KeyError, TypeError):
             raise ConfigError(f"plan jobs[{index}] lacks one of id, kind, arch, toolchain") from None
         arch = pipeline.archs.get(arch_name)
+        kind_matrix = pipeline.kinds.get(kind)
+        # a kind that runs no toolchain (docs) names "", every other kind one of toolchains.yaml
+        needs_toolchain = kind_matrix is None or kind_matrix.per_toolchain
         toolchain = pipeline.toolchains.get(toolchain_name)
-        if arch is None or toolchain is None:
+        if arch is None or (toolchain is None if needs_toolchain else toolchain_name != ""):
             raise ConfigError(f"plan job {job_id} names arch '{arch_name}' / toolchain '{toolchain_name}' "
                               "that pipelines/ does not define")
         item = {"id": job_id, "kind": kind, "arch": arch_name, "toolchain": toolchain_name, "runs_on": runs_on(arch)}
         if group_of(arch) == "cpu":
             cpu.append(item)
+        elif toolchain is None:
+            raise ConfigError(f"plan job {job_id} runs no toolchain, so it has no image to run in on {arch_name}: "
+                              "a kind with per_toolchain: false runs on a CPU arch only")
         else:
             options = " ".join(filter(None, (CONTAINER_OPTIONS[arch.device],
                                              KIND_CONTAINER_OPTIONS.get((kind, arch.device)))))

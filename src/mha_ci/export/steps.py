@@ -14,14 +14,19 @@ CHECKOUT = "actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8"
 SETUP_PYTHON = "actions/setup-python@e797f83bcb11b83ae66e0230d6156d7c80228e7c"
 UPLOAD = "actions/upload-artifact@b7c566a772e6b6bfb58ed0dc250532a479d7789f"
 DOWNLOAD = "actions/download-artifact@37930b1c2abaa49bbe596cd826c3c89aef350131"
-CACHE = "actions/cache@0057852bfaa89a56745cba8c7296529d2fc39830"
+# actions/cache's restore and save halves, one commit: a run restores, and only a run of the
+# default branch's own code saves (cache_restore_steps, cache_save_steps).
+CACHE_RESTORE = "actions/cache/restore@0057852bfaa89a56745cba8c7296529d2fc39830"
+CACHE_SAVE = "actions/cache/save@0057852bfaa89a56745cba8c7296529d2fc39830"
 ACTION_RELEASES = {CHECKOUT: "v5.0.0", SETUP_PYTHON: "v6.0.0", UPLOAD: "v6.0.0", DOWNLOAD: "v7.0.0",
-                   CACHE: "v4.3.0"}
+                   CACHE_RESTORE: "v4.3.0", CACHE_SAVE: "v4.3.0"}
 PYTHON_VERSION = "3.11"
 HOSTED_RUNNER = "ubuntu-latest"
 # True only in a run of the default branch's workflow file on the default branch: a manual
 # dispatch may name any branch, whose copy of the workflow is then the one that runs.
 ON_DEFAULT_BRANCH = "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)"
+# A push to the default branch: the only run whose code may write a cache the others restore.
+PUSH_TO_DEFAULT_BRANCH = f"github.event_name == 'push' && {ON_DEFAULT_BRANCH}"
 
 # A GPU job's folders on the runner: the commit under test, the base branch a pull request's perf
 # verdict is judged by (mha_ci.perf.gate_source), what the run writes, and what is uploaded.
@@ -58,20 +63,39 @@ def setup_python(step_id: str | None = None) -> dict:
 CACHE_ROOT = "~/.cache/mha-ci"
 
 
-def cache_steps() -> list[dict]:
-    """The CPU job's toolchain envs and compile cache (export/github.py's docstring: the keys)."""
+VENVS_STEP, COMPILE_STEP = "venvs", "compile"
+WITH_TOOLCHAIN = "matrix.toolchain != ''"          # a docs job runs none
+CHECKSUMS = "matrix.kind == 'checksums'"
+
+
+def cache_restore_steps() -> list[dict]:
+    """The CPU job's toolchain envs and compile cache, restored (export/github.py's docstring: the
+    keys). The compile cache is keyed by the job id, so each checksums shard restores (and, on
+    the default branch, saves) the entries of its own slice of the variants."""
     lock = expr("hashFiles(format('containers/{0}/requirements.lock', matrix.toolchain))")
     toolchain = f"{expr('runner.os')}-{expr('matrix.toolchain')}"
     venvs = f"mha-ci-venvs-{toolchain}-py{expr('steps.python.outputs.python-version')}-{lock}"
-    compile_prefix = f"mha-ci-compile-{toolchain}-"
+    compile_prefix = f"mha-ci-compile-{expr('runner.os')}-{expr('matrix.id')}-"
     compile_lock = f"{compile_prefix}{lock}-"
     return [
-        {"name": "Toolchain environment cache", "uses": CACHE,
+        {"name": "Toolchain environment cache", "id": VENVS_STEP, "if": WITH_TOOLCHAIN, "uses": CACHE_RESTORE,
          "with": {"path": f"{CACHE_ROOT}/venvs", "key": venvs}},
-        {"name": "Compile cache", "if": "matrix.kind == 'checksums'", "uses": CACHE,
+        {"name": "Compile cache", "id": COMPILE_STEP, "if": CHECKSUMS, "uses": CACHE_RESTORE,
          "with": {"path": f"{CACHE_ROOT}/checksums", "key": compile_lock + expr("hashFiles('src/mha/**')"),
                   "restore-keys": f"{compile_lock}\n{compile_prefix}\n"}},
     ]
+
+
+def cache_save_steps() -> list[dict]:
+    """Save what a push to the default branch built, under the key its restore step computed; a
+    key already saved is left as it is (GitHub's entries are immutable)."""
+    def saved(step: str, path: str, condition: str) -> dict:
+        return {"if": f"{condition} && {PUSH_TO_DEFAULT_BRANCH} && steps.{step}.outputs.cache-hit != 'true' "
+                      "&& !cancelled()",
+                "uses": CACHE_SAVE,
+                "with": {"path": f"{CACHE_ROOT}/{path}", "key": expr(f"steps.{step}.outputs.cache-primary-key")}}
+    return [{"name": "Save the toolchain environment cache", **saved(VENVS_STEP, "venvs", WITH_TOOLCHAIN)},
+            {"name": "Save the compile cache", **saved(COMPILE_STEP, "checksums", CHECKSUMS)}]
 
 
 def install() -> dict:
@@ -189,8 +213,10 @@ def pull_image_step() -> dict:
             "run": PULL_IMAGE}
 
 
-def cpu_job() -> dict:
-    """The cpu matrix: GitHub-hosted runners (export/matrix.py refuses others), venv executor."""
+def cpu_job(save_caches: bool) -> dict:
+    """The cpu matrix: GitHub-hosted runners (export/matrix.py refuses others), venv executor.
+    Caches are restored in every workflow and saved only where `save_caches` (main.yml, and there
+    only on a push to the default branch): pull-request code never writes a cache."""
     return {
         "name": expr("matrix.id"),
         "needs": "plan",
@@ -198,7 +224,8 @@ def cpu_job() -> dict:
         "runs-on": expr("fromJSON(matrix.runs_on)"),
         "timeout-minutes": TIMEOUT_JOB_MIN,
         "strategy": {"fail-fast": False, "matrix": expr("fromJSON(needs.plan.outputs.cpu)")},
-        "steps": [checkout(), setup_python(step_id="python"), *cache_steps(), install(), *run_steps("venv")],
+        "steps": [checkout(), setup_python(step_id="python"), *cache_restore_steps(), install(), *run_steps("venv"),
+                  *(cache_save_steps() if save_caches else [])],
     }
 
 

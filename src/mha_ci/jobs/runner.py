@@ -49,6 +49,7 @@ from mha_ci.files import storage_failure, write_atomic
 from mha_ci.git import commit_or_none, output_or_none
 from mha_ci.jobs import JobResult
 from mha_ci.jobs import checksums as checksums_kind
+from mha_ci.jobs import docs as docs_kind
 from mha_ci.jobs import memcheck as memcheck_kind
 from mha_ci.jobs import perf as perf_kind
 from mha_ci.jobs import refresh as refresh_kind
@@ -68,6 +69,7 @@ KIND_RUNNERS: dict[str, JobRunner] = {
     "refresh": refresh_kind.run_job,
     "checksums": checksums_kind.run_job,
     "memcheck": memcheck_kind.run_job,
+    "docs": docs_kind.run_job,
 }
 _REGISTERED: dict[str, JobRunner] = {}
 
@@ -135,6 +137,8 @@ class RunReport:
     def exit_code(self) -> int:
         if self.interrupted:
             return self.interrupted[1]
+        if not self.results and not self.pending:
+            return int(ExitCode.GATE_FAILED)     # no job ran on this machine: nothing vouches for the change
         return overall_exit_code(self.results, self.not_run)
 
     @property

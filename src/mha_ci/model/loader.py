@@ -173,7 +173,10 @@ def _selection(source: _Source[Any], loc: tuple, kinds: Sequence[str], archs: An
 def _load_jobs(source: _Source[schema.JobsFile], arch_names: tuple[str, ...]) -> tuple[dict[str, KindMatrix], dict[str, EventRules]]:
     kinds = {}
     for kind in JOB_KINDS:
-        kind_spec: schema.KindSpec = getattr(source.spec.kinds, kind)
+        kind_spec: schema.KindSpec | None = getattr(source.spec.kinds, kind)
+        if kind_spec is None:
+            kinds[kind] = KindMatrix(kind=kind, archs=(), sharded=False, unavailable=())
+            continue
         loc = ("kinds", kind)
         archs = _arch_list(source, (*loc, "archs"), kind_spec.archs, arch_names)
         for arch in kind_spec.unavailable:
@@ -184,7 +187,7 @@ def _load_jobs(source: _Source[schema.JobsFile], arch_names: tuple[str, ...]) ->
         if kind_spec.shards is not None and not kind_spec.sharded:
             raise source.error((*loc, "shards"), "shards is set but the kind is not sharded (sharded: true)")
         kinds[kind] = KindMatrix(kind=kind, archs=archs, sharded=kind_spec.sharded, unavailable=unavailable,
-                                 shards=kind_spec.shards)
+                                 shards=kind_spec.shards, per_toolchain=kind_spec.per_toolchain)
 
     events = {}
     for event in EVENT_KINDS:
@@ -192,14 +195,13 @@ def _load_jobs(source: _Source[schema.JobsFile], arch_names: tuple[str, ...]) ->
         loc = ("events", event)
         runs = tuple(_selection(source, (*loc, "runs", i), run.kinds, run.archs, arch_names)
                      for i, run in enumerate(event_spec.runs))
-        docs_archs = None
-        if event_spec.documentation_only_archs is not None:
-            docs_archs = _arch_list(source, (*loc, "documentation_only_archs"), event_spec.documentation_only_archs,
-                                    arch_names)
+        docs_kinds = None
+        if event_spec.documentation_only_kinds is not None:
+            docs_kinds = _kind_list(source, (*loc, "documentation_only_kinds"), event_spec.documentation_only_kinds)
         events[event] = EventRules(
             event=event, runs=runs, branches=tuple(event_spec.branches) if event_spec.branches is not None else None,
             labels=event_spec.labels, paths=event_spec.paths, skip_draft=event_spec.skip_draft,
-            documentation_only_archs=docs_archs)
+            documentation_only_kinds=docs_kinds)
     return kinds, events
 
 

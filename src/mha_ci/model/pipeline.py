@@ -25,6 +25,7 @@ class KindMatrix:
     sharded: bool
     unavailable: tuple[tuple[str, str], ...]     # (arch, why it never runs there)
     shards: int | None = None                    # sharded: own count; None: the arch's correctness_shards
+    per_toolchain: bool = True                   # False: one job per arch, no toolchain (docs)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class EventRules:
     labels: str                     # "add" | "replace" | "ignore"
     paths: str                      # "apply" | "ignore"
     skip_draft: bool
-    documentation_only_archs: tuple[str, ...] | None
+    documentation_only_kinds: tuple[str, ...] | None
 
 
 @dataclass(frozen=True)

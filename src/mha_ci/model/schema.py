@@ -137,6 +137,8 @@ class KindSpec(_Strict):
     # correctness_shards).
     shards: Annotated[int, Strict(), Field(ge=1, le=64)] | None = None
     unavailable: dict[str, NonEmpty] = {}
+    # false: the kind runs no toolchain code (docs), so one job per arch instead of one per toolchain
+    per_toolchain: Flag = True
     description: str = ""
 
 
@@ -148,6 +150,7 @@ class KindsSpec(_Strict):
     checksums: KindSpec
     refresh: KindSpec
     memcheck: KindSpec
+    docs: KindSpec | None = None        # absent: the kind exists on no arch
 
 
 class RunSpec(_Strict):
@@ -161,7 +164,7 @@ class EventSpec(_Strict):
     labels: Literal["add", "replace", "ignore"] = "ignore"
     paths: Literal["apply", "ignore"] = "ignore"
     skip_draft: Flag = False
-    documentation_only_archs: list[str] | None = None
+    documentation_only_kinds: list[str] | None = None
 
 
 class EventsSpec(_Strict):

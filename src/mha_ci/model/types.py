@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mha_ci.errors import EnvironmentProblem
 
-JOB_KINDS = ("correctness", "perf", "checksums", "refresh", "memcheck")
+JOB_KINDS = ("correctness", "perf", "checksums", "refresh", "memcheck", "docs")
 EVENT_KINDS = ("pull_request", "push", "schedule", "manual")
 
 
@@ -101,7 +101,9 @@ class KnownFailure:
 
 @dataclass(frozen=True)
 class Job:
-    """One unit of work; id is stable and is what `mha-ci run --job ID` takes."""
+    """One unit of work; id is stable and is what `mha-ci run --job ID` takes.
+
+    `toolchain` is "" for a kind that runs no toolchain (docs): its id is then <kind>-<arch>."""
 
     kind: str
     arch: str
@@ -111,7 +113,7 @@ class Job:
 
     @property
     def id(self) -> str:
-        base = f"{self.kind}-{self.arch}-{self.toolchain}"
+        base = "-".join(part for part in (self.kind, self.arch, self.toolchain) if part)
         return f"{base}-{self.shard}of{self.shards}" if self.shard is not None else base
 
 

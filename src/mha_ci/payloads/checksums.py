@@ -3,7 +3,7 @@
     python -m mha_ci.payloads.checksums compute --target sm90=cuda:90:32 --target gfx950=hip:gfx950:64 \
         --out code_objects/triton-3.4.json [--cache-dir DIR] [--jobs N] [--determinism-sample 3] \
         [--lock-sha256 HEX] [--package mha] [--only SUBSTRING] [--shared-limit sm90=232448 ...] \
-        [--stored perf_baselines/code_objects/triton-3.4.json] [--recheck SHARE] [--seed N]
+        [--stored perf_baselines/code_objects/triton-3.4.json] [--recheck SHARE] [--seed N] [--slice K/N]
     python -m mha_ci.payloads.checksums sample --target ... --keys K1,K2 --out FILE   (internal)
 
 Runs inside the toolchain environment (stdlib + triton + the kernel package). `compute` writes
@@ -14,6 +14,9 @@ generation, mha_ci.checksums.compile) or the sample disagreed, 2 `--only` matche
 (the file then holds no records and the closest keys in its stats), 3 the environment cannot
 compile a target (pins, missing ld.lld); 1 also when a compile cache entry disagrees with a
 fresh compile of its variant.
+
+`--slice K/N` compiles only the variants of slice K of N (mha_ci.checksums.slices: by a hash of
+the key), what one shard of the sharded checksums job owns; with `--only`, the variants of both.
 
 Determinism: a few variants (one per arch first, `--determinism-sample`, drawn at random each
 run) are compiled again in two fresh processes, each with its own empty Triton cache and no use
@@ -60,6 +63,7 @@ from mha_ci.files import tree_digest
 from mha_ci.checksums.compile import (CompileTarget, ToolchainEnvironmentError, cleanup_triton_cache, compile_all,
                                       compile_task, prepare_environment)
 from mha_ci.checksums.records import CodeObjectFile, CodeObjectRecord, RecordFileError, dump, error_summary, load
+from mha_ci.checksums.slices import Slice, parse as parse_slice
 from mha_ci.checksums.variants import closest_keys, enumerate_variants
 from mha_ci.files import write_atomic
 from mha_ci.payloads import EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_OK, EXIT_USAGE, out_path, pincheck, run_guarded
@@ -95,11 +99,14 @@ def _shared_limits(values: list[str]) -> dict[str, int]:
     return {arch: int(limit) for arch, _, limit in (value.partition("=") for value in values)}
 
 
-def _variants(targets, package: str, only: str | None, shared_limits: dict[str, int] | None = None):
-    key_filter = (lambda key: only in key) if only else None
+def _variants(targets, package: str, only: str | None, shared_limits: dict[str, int] | None = None,
+              slice_: Slice | None = None):
+    def key_filter(key: str) -> bool:
+        return (not only or only in key) and (slice_ is None or slice_.holds(key))
     out = []
     for arch, target in targets:
-        out += enumerate_variants(arch, target, package, key_filter, (shared_limits or {}).get(arch))
+        out += enumerate_variants(arch, target, package, key_filter if only or slice_ else None,
+                                  (shared_limits or {}).get(arch))
     return out
 
 
@@ -144,9 +151,11 @@ def _compute(args, cache: CompileCache) -> int:
     _log(f"triton {triton.__version__}, {', '.join(f'{k}={v}' for k, v in chosen.items())}")
 
     # 2. the variants, and the cache key of each
-    variants = _variants(targets, args.package, args.only, _shared_limits(args.shared_limit))
+    slice_ = parse_slice(args.slice) if args.slice else None
+    variants = _variants(targets, args.package, args.only, _shared_limits(args.shared_limit), slice_)
     enumerated = time.monotonic()
-    _log(f"{len(variants)} variants for {', '.join(a for a, _ in targets)} (enumerated in {enumerated - started:.1f} s)")
+    _log(f"{len(variants)} variants for {', '.join(a for a, _ in targets)}{f', slice {slice_}' if slice_ else ''} "
+         f"(enumerated in {enumerated - started:.1f} s)")
     if args.only and not variants:
         return _no_match(args, targets, toolchain)
     sources = tree_digest(package_dir)
@@ -213,7 +222,7 @@ def _compute(args, cache: CompileCache) -> int:
                    "rechecked": rechecked, "mismatches": mismatches, "agree": not mismatches}
 
     # 5. the file, and the exit
-    stats = {"variants": len(variants), "cached": len(variants) - len(todo), "compiled": len(todo),
+    stats = {"variants": len(variants), **({"slice": str(slice_)} if slice_ else {}), "cached": len(variants) - len(todo), "compiled": len(todo),
              "rechecked": len(rechecked), "seed": seed, "jobs": args.jobs, "enumerate_s": round(enumerated - started, 2),
              "compile_s": round(compiled_at - enumerated, 2),
              "determinism_s": round(time.monotonic() - compiled_at, 2),
@@ -428,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     compute_p.add_argument("--recheck", type=float, default=None,
                            help=f"share of the cache hits compiled again (default {RECHECK_SHARE}; 1 with --only)")
     compute_p.add_argument("--seed", type=int, default=None, help="seed of the sample and recheck draws")
+    compute_p.add_argument("--slice", default=None, metavar="K/N", help="only the variants of slice K of N")
     sub.choices["sample"].add_argument("--keys", required=True)
     args = parser.parse_args(argv)
     return run_guarded("checksums", lambda: compute(args) if args.mode == "compute" else sample(args))

@@ -1,7 +1,7 @@
 """Every job that exists: kind x arch x toolchain (x shard), in one stable order.
 
-The order is jobs.yaml's kinds (model.types.JOB_KINDS), then archs.yaml, then toolchains.yaml,
-then shard number, so the same pipeline always gives the same plan, byte for byte.
+The order is jobs.yaml's kinds (model.types.JOB_KINDS), then archs.yaml, then toolchains.yaml
+(none for a kind with `per_toolchain: false`), then shard number, so the same pipeline always gives the same plan, byte for byte.
 Combinations a kind declares `unavailable` are part of the matrix so that a plan can say why
 they never run (perf on the interpreter).
 """
@@ -23,8 +23,10 @@ def full_matrix(pipeline: Pipeline) -> tuple[MatrixEntry, ...]:
     entries = []
     for kind, matrix in pipeline.kinds.items():
         unavailable = dict(matrix.unavailable)
+        # a kind that runs no toolchain code (docs) is one job per arch, its toolchain ""
+        toolchains = tuple(pipeline.toolchains) if matrix.per_toolchain else ("",)
         for arch in pipeline.archs:
-            for toolchain in pipeline.toolchains:
+            for toolchain in toolchains:
                 if arch in unavailable:
                     entries.append(MatrixEntry(Job(kind, arch, toolchain), unavailable[arch]))
                 elif arch in matrix.archs and matrix.sharded:

@@ -7,8 +7,9 @@ paths add. Decisions are made per (kind, arch) pair; every toolchain and every s
 share its fate, so golden and top-of-tree always run side by side.
 
 Rules, in the order their reasons are listed:
-1. the event's `runs` (a pull request: correctness on gfx950 and the interpreter). A change
-   that touches only documentation keeps only `documentation_only_archs` (no GPU, no perf);
+1. the event's `runs` (a pull request: the docs check, and correctness on gfx950 and the
+   interpreter). A change that touches only documentation keeps only the kinds of
+   `documentation_only_kinds` (the docs check: no kernel test, no GPU, no perf);
    a manual run with labels drops `runs` and runs what the labels select;
 2. labels (ci:sm90 adds sm90 correctness and perf, ci:all everything). A label is a person
    asking, so a documentation-only change does not hold it back. A label with our prefix that
@@ -114,8 +115,8 @@ class _Decision:
         return tuple(p for p in self.event.changed_files if not any(path_matches(p, d) for d in docs))
 
     def _apply_runs(self, runs_on: bool) -> None:
-        # A change that touches only documentation keeps only these archs; None: it keeps every arch.
-        keep = self.rules.documentation_only_archs if self.code_paths == () else None
+        # A change that touches only documentation keeps only these kinds; None: it keeps every kind.
+        keep = self.rules.documentation_only_kinds if self.code_paths == () else None
         for run in self.rules.runs:
             for arch in run.archs:
                 for pair in self._pairs(run, arch):
@@ -123,9 +124,9 @@ class _Decision:
                         self.missed_runs[pair].append(f"{self.event.kind} with labels runs only what the labels select")
                         continue
                     self.selected.add(arch)
-                    if keep is not None and arch not in keep:
+                    if keep is not None and pair[0] not in keep:
                         changed = "only documentation changed" if self.event.changed_files else "no paths changed"
-                        self.missed_runs[pair].append(f"{changed}: jobs run only on {', '.join(keep) or 'no arch'}")
+                        self.missed_runs[pair].append(f"{changed}: only {', '.join(keep) or 'no'} jobs run")
                         continue
                     self.chosen[pair].append(self._run_reason(run, arch))
 

@@ -33,7 +33,7 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str
 def plan_to_text(plan: Plan) -> str:
     lines = [f"{len(plan.jobs)} jobs planned, {len(plan.skipped)} skipped", ""]
     if plan.jobs:
-        rows = [(p.job.id, p.job.kind, p.job.arch, p.job.toolchain,
+        rows = [(p.job.id, p.job.kind, p.job.arch, p.job.toolchain or "-",
                  f"{p.job.shard}/{p.job.shards}" if p.job.shard is not None else "-", p.reason) for p in plan.jobs]
         lines += _table(("JOB", "KIND", "ARCH", "TOOLCHAIN", "SHARD", "WHY"), rows)
     if plan.skipped:

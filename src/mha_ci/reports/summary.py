@@ -134,6 +134,10 @@ def _preamble(results: dict, unpinned: list[dict]) -> list[str]:
     exit_code = results.get("exit_code", 0)
     lines = ["# mha-ci run", ""]
     lines.append(_headline(results.get("status", "finished"), exit_code, len(results.get("pending", []))))
+    if results.get("status") == "finished" and not results.get("jobs"):
+        lines.append("")
+        lines.append("**No job ran on this machine**: nothing vouches for the change, so the run is not a pass "
+                     "(the jobs planned, if any, are listed as not run below).")
     lines.append("")
     commit = prov.get("commit") or "unknown"
     lines.append(f"executor `{prov.get('executor', '?')}`, python {prov.get('python', '?')}, commit `{commit[:12]}`"

@@ -19,6 +19,7 @@ import pytest
 from mha_ci.cache import cache_root
 from mha_ci.checksums import verify as checksums_job
 from mha_ci.checksums import records
+from mha_ci.checksums.slices import Slice
 from mha_ci.cli import main
 from mha_ci.errors import EnvironmentProblem
 from mha_ci.executors.venv import VenvExecutor
@@ -46,12 +47,13 @@ def make_checkout(dest: Path, kernel_package: Path) -> Path:
 
 
 def compute(root: Path, toolchain: str = "triton-3.8", only: str = ONLY, archs=ARCHS, sample: int = 1,
-            recheck: float | None = None):
+            recheck: float | None = None, slice_: Slice | None = None):
     pipeline = load_pipeline(root)
     chosen = [pipeline.archs[a] for a in archs]
     computed = checksums_job.compute(root, pipeline.toolchains[toolchain], chosen, VenvExecutor(root, cache=VENVS),
-                                     root / "out", only=only, determinism_sample=sample, recheck=recheck)
-    return computed, checksums_job.judge(root, computed, chosen, only)
+                                     root / "out", only=only, determinism_sample=sample, recheck=recheck,
+                                     slice_=slice_)
+    return computed, checksums_job.judge(root, computed, chosen, only, slice_)
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +102,21 @@ def test_a_second_clone_hits_what_the_first_compiled(baseline, tmp_path, monkeyp
     assert not verdict.failed, verdict.table
     stats = computed.codeobjs.stats
     assert stats["compiled"] == 0 and stats["cached"] == stats["variants"] > 0
+
+
+def test_the_payload_compiles_one_slice_and_the_slices_make_the_whole(checkout):
+    """`--slice K/N` through the real payload: each shard's records are its slice of the variants,
+    the slices are disjoint and together the stored set, and each shard's verdict passes."""
+    stored = {r.key: r.sha256 for r in records.load(checkout / "perf_baselines" / "code_objects" / "triton-3.8.json").records}
+    seen: dict[str, str] = {}
+    for index in (1, 2):
+        computed, verdict = compute(checkout, slice_=Slice(index, 2), recheck=0.0)
+        assert not verdict.failed, verdict.table
+        got = shas(computed)
+        assert got and all(Slice(index, 2).holds(key) for key in got) and not set(got) & set(seen)
+        assert computed.codeobjs.stats["slice"] == f"{index}/2" and computed.path.parent.name == f"slice-{index}of2"
+        seen.update(got)
+    assert seen == stored
 
 
 def test_test_file_edit_changes_nothing_and_hits_the_cache(checkout):

@@ -200,7 +200,7 @@ def test_summary_warns_when_shards_collected_different_test_lists():
 
 
 def test_without_a_list_the_changed_paths_come_from_git(pipeline_root, fake, monkeypatch, capsys):
-    """A docs-only branch runs only the documentation archs; `--all` runs the full pipeline
+    """A docs-only branch runs only the docs check; `--all` runs the full pipeline
     (mha_ci.plan.local_changes; its own tests cover every fallback)."""
     import subprocess
 
@@ -223,10 +223,22 @@ def test_without_a_list_the_changed_paths_come_from_git(pipeline_root, fake, mon
 
     code, results, _ = _run(pipeline_root, "--event", "pull_request")
     assert code == 0
-    assert {j["job_id"] for j in results["jobs"]} == {INTERP_1, INTERP_2, INTERP_1.replace("3.4", "3.8"),
-                                                      INTERP_2.replace("3.4", "3.8")}
+    assert {j["job_id"] for j in results["jobs"]} == {"docs-interpreter"}
     assert "mha-ci: changed files: 1 against main" in capsys.readouterr().err
 
     code, results, _ = _run(pipeline_root, "--event", "pull_request", "--all")
     assert code == 0 and any(j["job_id"].startswith("checksums-") for j in results["jobs"])
+    assert {INTERP_1, INTERP_2, "docs-interpreter"} <= {j["job_id"] for j in results["jobs"]}
     assert "(--all)" in capsys.readouterr().err
+
+
+def test_a_run_in_which_no_job_ran_is_not_a_pass(pipeline_root, fake, capsys):
+    """Only GPU jobs planned on a machine without a GPU, or a plan of nothing: nothing vouches for
+    the change, so the run is a failed gate (exit 1), said in the output and in summary.md."""
+    code, results, text = _run(pipeline_root, "--event", "manual", "--labels", "ci:sm90")
+    assert code == 1 and results["exit_code"] == 1 and results["jobs"] == [] and fake.calls == []
+    assert {n["id"] for n in results["not_run"]} and "**No job ran on this machine**" in text
+    assert "no job ran on this machine" in capsys.readouterr().err
+    code, results, text = _run(pipeline_root, "--event", "pull_request", "--labels", "", "--changed-files",
+                               str(pipeline_root / "pipelines" / "jobs.yaml"), "--job", "docs-interpreter")
+    assert code == 0 and [j["job_id"] for j in results["jobs"]] == ["docs-interpreter"]

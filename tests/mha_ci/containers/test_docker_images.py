@@ -264,7 +264,7 @@ def test_unreachable_daemon_is_an_environment_problem(monkeypatch):
 
 @pytest.mark.parametrize("command", [
     ["-m", "mha_ci", "containers", "build", "--toolchain", "triton-3.8"],
-    ["-m", "mha_ci", "run", "--job", "checksums-interpreter-triton-3.8", "--executor", "docker"],
+    ["-m", "mha_ci", "run", "--job", "checksums-interpreter-triton-3.8-1of4", "--executor", "docker"],
 ], ids=["containers-build", "run"])
 @pytest.mark.slow   # over a second (subprocesses): out of `make test-fast`
 def test_unreachable_daemon_exits_3_from_the_cli(repo_root, tmp_path, command):

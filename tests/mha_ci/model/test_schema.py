@@ -69,7 +69,7 @@ def test_checked_in_pipeline_loads(repo_root):
     assert pipeline.archs["gfx942"].visible_devices_env == "HIP_VISIBLE_DEVICES"
     assert pipeline.archs["gfx942"].runner_labels == ("self-hosted", "linux", "mi300x")
     assert pipeline.shards("interpreter") == 2 and pipeline.shards("gfx950") == 4
-    assert list(pipeline.kinds) == ["correctness", "perf", "checksums", "refresh", "memcheck"]
+    assert list(pipeline.kinds) == ["correctness", "perf", "checksums", "refresh", "memcheck", "docs"]
     assert pipeline.kinds["checksums"].archs == ("interpreter",)
 
 

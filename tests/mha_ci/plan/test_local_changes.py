@@ -188,12 +188,12 @@ def test_plan_on_clean_main_runs_the_full_pull_request_pipeline(checkout, capsys
     assert ("checksums", "interpreter") in kinds_archs(result)
 
 
-def test_plan_of_a_docs_only_branch_keeps_only_the_documentation_archs(checkout, capsys):
+def test_plan_of_a_docs_only_branch_keeps_only_the_docs_check(checkout, capsys):
     git(checkout, "switch", "-q", "-c", "docs-edit")
     write(checkout, "docs/x.md")
     commit_all(checkout, "docs")
     result, err = plan_json(checkout, capsys)
-    assert kinds_archs(result) == {("correctness", "interpreter")}
+    assert kinds_archs(result) == {("docs", "interpreter")}
     assert "changed files: 1 against main" in err
     # --all: the same checkout, every path changed again
     everything, err = plan_json(checkout, capsys, "--all")

@@ -47,7 +47,7 @@ def _correctness_ids(arch: str, shards: int) -> set[str]:
     return {f"correctness-{arch}-{tc}-{i}of{shards}" for tc in TOOLCHAINS for i in range(1, shards + 1)}
 
 
-DEFAULT_PR = {("correctness", "gfx950"), ("correctness", "interpreter")}
+DEFAULT_PR = {("docs", "interpreter"), ("correctness", "gfx950"), ("correctness", "interpreter")}
 
 
 def test_pull_request_labeled_sm90(repo_root, capsys, tmp_path):
@@ -65,7 +65,7 @@ def test_pull_request_labeled_sm90(repo_root, capsys, tmp_path):
         "no label ci:gfx942 or ci:all and no change to src/mha/configs/gfx942-*"
     assert skipped["perf-gfx950-triton-3.4"].startswith("no label ci:gfx950 or ci:all")
     assert "ci:perf" in skipped["perf-gfx950-triton-3.4"]
-    assert "no change to src/mha/**" in skipped["checksums-interpreter-triton-3.4"]
+    assert "no change to src/mha/**" in skipped["checksums-interpreter-triton-3.4-1of4"]
 
 
 def test_pull_request_config_change_adds_that_arch(repo_root, capsys):
@@ -77,9 +77,9 @@ def test_pull_request_config_change_adds_that_arch(repo_root, capsys):
     planned = _planned(result)
     assert planned["correctness-gfx942-triton-3.8-4of4"] == "path src/mha/configs/gfx942-MHA-DEFAULT.json"
     assert planned["perf-gfx942-triton-3.4"] == "path src/mha/configs/gfx942-MHA-DEFAULT.json"
-    # checksums: one job per toolchain, on the CPU runner (arch `interpreter`)
-    assert planned["checksums-interpreter-triton-3.4"] == "path src/mha/configs/gfx942-MHA-DEFAULT.json"
-    assert "checksums-interpreter-triton-3.8" in planned
+    # checksums: four shards per toolchain, on the CPU runner (arch `interpreter`)
+    assert planned["checksums-interpreter-triton-3.4-2of4"] == "path src/mha/configs/gfx942-MHA-DEFAULT.json"
+    assert {f"checksums-interpreter-{tc}-{i}of4" for tc in TOOLCHAINS for i in range(1, 5)} <= set(planned)
     assert not any(job_id.startswith(("correctness-sm90", "perf-sm90")) for job_id in planned)
 
 
@@ -94,12 +94,14 @@ def test_config_of_another_arch_does_not_leak(repo_root, capsys, tmp_path):
 def test_documentation_only_runs_no_gpu_and_no_perf_job(repo_root, capsys):
     result = _plan(repo_root, capsys, "--github-event", str(EVENTS / "pull_request_reopened_docs.json"),
                    "--changed-files", str(EVENTS / "changed_docs_only.txt"))
-    # The interpreter (CPU) keeps running; src/mha/README.md is documentation, so no checksums.
-    assert _pairs(result) == {("correctness", "interpreter")}
+    # Only the docs check: documentation is read by no test; src/mha/README.md is documentation,
+    # so no checksums either. The plan is not empty: the gate judges the docs check.
+    assert _pairs(result) == {("docs", "interpreter")}
+    assert [job["id"] for job in result["jobs"]] == ["docs-interpreter"]
     skipped = _skipped(result)
-    assert skipped["correctness-gfx950-triton-3.4-1of4"].startswith(
-        "only documentation changed: jobs run only on interpreter")
-    assert "checksums-interpreter-triton-3.4" in skipped
+    assert skipped["correctness-gfx950-triton-3.4-1of4"].startswith("only documentation changed: only docs jobs run")
+    assert skipped["correctness-interpreter-triton-3.4-1of2"].startswith("only documentation changed")
+    assert "checksums-interpreter-triton-3.4-1of4" in skipped
 
 
 def test_documentation_plus_code_is_not_documentation_only(repo_root, capsys, tmp_path):
@@ -109,14 +111,14 @@ def test_documentation_plus_code_is_not_documentation_only(repo_root, capsys, tm
 
 def test_no_changed_paths_runs_like_documentation_only(repo_root, capsys, tmp_path):
     result = _plan(repo_root, capsys, "--changed-files", _changed(tmp_path))
-    assert _pairs(result) == {("correctness", "interpreter")}
+    assert _pairs(result) == {("docs", "interpreter")}
     assert _skipped(result)["correctness-gfx950-triton-3.4-1of4"].startswith("no paths changed")
 
 
 def test_label_beats_documentation_only(repo_root, capsys):
     result = _plan(repo_root, capsys, "--changed-files", str(EVENTS / "changed_docs_only.txt"),
                    "--labels", "ci:sm90")
-    assert _pairs(result) == {("correctness", "interpreter"), ("correctness", "sm90"), ("perf", "sm90")}
+    assert _pairs(result) == {("docs", "interpreter"), ("correctness", "sm90"), ("perf", "sm90")}
 
 
 def test_draft_plans_nothing(repo_root, capsys):
@@ -130,13 +132,14 @@ def test_draft_plans_nothing(repo_root, capsys):
 
 def _everything_but_refresh() -> set[tuple[str, str]]:
     return ({("correctness", a) for a in (*GPU_ARCHS, "interpreter")} | {("perf", a) for a in GPU_ARCHS}
-            | {("checksums", "interpreter")})
+            | {("checksums", "interpreter"), ("docs", "interpreter")})
 
 
 def test_push_to_main_runs_everything_but_refresh(repo_root, capsys):
     result = _plan(repo_root, capsys, "--github-event", str(EVENTS / "push_main.json"))
     assert _pairs(result) == _everything_but_refresh()
-    assert len(result["jobs"]) == 3 * 4 * 2 + 2 * 2 + 3 * 2 + 2      # correctness shards, perf, checksums
+    # correctness shards, perf, checksums shards, the docs check (no toolchain: once)
+    assert len(result["jobs"]) == 3 * 4 * 2 + 2 * 2 + 3 * 2 + 4 * 2 + 1
     assert set(_planned(result).values()) == {"push to main: every arch"}
     assert _skipped(result)["refresh-sm90-triton-3.4"].startswith("refresh on sm90 is not part of the push pipeline")
 
@@ -274,7 +277,7 @@ def test_text_format_is_a_table(repo_root, capsys):
     assert main(["--root", str(repo_root), "plan", "--github-event", str(EVENTS / "schedule.json")]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0] == "10 jobs planned, 46 skipped"
+    assert lines[0] == "10 jobs planned, 53 skipped"
     assert lines[2].split() == ["JOB", "KIND", "ARCH", "TOOLCHAIN", "SHARD", "WHY"]
     assert lines[3].split()[:5] == ["refresh-gfx942-triton-3.4", "refresh", "gfx942", "triton-3.4", "-"]
     assert "skipped:" in lines
