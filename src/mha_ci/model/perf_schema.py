@@ -94,6 +94,9 @@ class SubsetSpec(_Strict):
 
 class AgainstSpec(_Strict):
     floor_pct: Number = Field(gt=0, le=MAX_THRESHOLD_PCT)
+    # Fresh process pairs per A/B, the reps split between them (mha_ci.perf.rounds); each round
+    # needs two reps of its own for a spread.
+    rounds: Whole = Field(ge=1, le=6, default=1)
 
 
 class NumericsSpec(_Strict):
@@ -114,6 +117,13 @@ class PerfFile(_Strict):
     against: AgainstSpec
     numerics: NumericsSpec
     calibration: CalibrationSpec = CalibrationSpec()
+
+    @model_validator(mode="after")
+    def _rounds_split_the_reps(self) -> "PerfFile":
+        rounds, reps = self.against.rounds, self.measure.reps
+        if reps % rounds or reps // rounds < 2:
+            raise ValueError(f"against.rounds {rounds} must split measure.reps {reps} into rounds of at least 2 reps")
+        return self
 
 
 # workloads.yaml ----------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from mha_ci.perf import lockstep
 from mha_ci.perf.combine import combine
 from mha_ci.perf.document import load_perf, merge_perf, write_json
 from mha_ci.perf.request import PerfRequest
+from mha_ci.perf.rounds import pool, round_method
 from mha_ci.perf.stats import Method
 from mha_ci.perf.workloads import Workload, shapes_document
 
@@ -174,23 +175,54 @@ def measure_against(request: PerfRequest, inputs: PayloadInputs, executors: tupl
     shape on one device (mha_ci.perf.base_checkout says why); {"base": doc, "head": doc}.
     `executors` and `commits` are (base, head; None: not known); the base executor's root is the
     folder base_checkout wrote. With numerics, each head result also says how its outputs compare
-    with the base's, bit by bit."""
+    with the base's, bit by bit. perf.yaml's `against.rounds` > 1 runs that many process pairs,
+    the reps split between them, and pools each side (mha_ci.perf.rounds)."""
     numerics = request.records_numerics
     rel = inputs.rel
     saved = {name: f"{rel}/outputs/{name}" for name in ("base", "head")}
-    sides = [(name, PayloadCall(request.toolchain, out_name=f"perf-{name}.json", executor=ex,
-                                extra_env={"MHA_CI_COMMIT": commit} if commit else {},
-                                extra_args=("--save-outputs", saved[name]) if numerics else ()))
-             for name, ex, commit in zip(("base", "head"), executors, commits)]
+
+    def sides(out_name: str, keep_outputs: bool) -> list[tuple[str, PayloadCall]]:
+        return [(name, PayloadCall(request.toolchain, out_name=out_name.format(name), executor=ex,
+                                   extra_env={"MHA_CI_COMMIT": commit} if commit else {},
+                                   extra_args=("--save-outputs", saved[name]) if keep_outputs else ()))
+                for name, ex, commit in zip(("base", "head"), executors, commits)]
+
     for folder in saved.values():
         shutil.rmtree(request.out_dir / folder, ignore_errors=True)
-    docs = _take_turns(request, inputs, sides)
+    rounds = request.pipeline.perf.against.rounds
+    if rounds == 1:
+        docs = _take_turns(request, inputs, sides("perf-{}.json", numerics))
+    else:
+        docs = _measure_rounds(request, inputs, rounds, sides, numerics)
     if numerics:
         try:
             attach_versus(request, inputs, executors[1], saved, docs, commits[0])
         finally:
             shutil.rmtree(request.out_dir / rel / "outputs", ignore_errors=True)
     return docs
+
+
+def _measure_rounds(request: PerfRequest, inputs: PayloadInputs, rounds: int, sides, numerics: bool) -> dict[str, dict]:
+    """`rounds` lockstep pairs in out_dir/rel/round<i>, the first side alternating, each side's
+    rounds pooled into out_dir/rel/perf-<side>.json; numerics from the first round only."""
+    per_round = replace(request, method=round_method(request.method, rounds))
+    runs: dict[str, list[dict]] = {"base": [], "head": []}
+    dumps: dict[str, list[dict]] = {"base": [], "head": []}
+    for i in range(1, rounds + 1):
+        first = i == 1
+        this = per_round if first else replace(per_round, numerics=False)
+        round_inputs = write_inputs(this, f"{inputs.rel}/round{i}")
+        print(f"mha-ci perf: round {i}/{rounds} ({'base' if i % 2 else 'head'} first)", file=sys.stderr)
+        docs = _take_turns(this, round_inputs, sides("perf-{}.json", numerics and first), swap=i % 2 == 0)
+        for name, doc in docs.items():
+            runs[name].append(doc)
+            dumps[name].append(json.loads((request.out_dir / round_inputs.rel / f"perf-{name}.dispatches.json")
+                                          .read_text()))
+    pooled = {}
+    for name in ("base", "head"):
+        pooled[name] = pool(runs[name], dumps[name], request.method)
+        write_json(request.out_dir / inputs.rel / f"perf-{name}.json", pooled[name])
+    return pooled
 
 
 def attach_versus(request: PerfRequest, inputs: PayloadInputs, executor: Executor, saved: dict[str, str],
@@ -218,17 +250,20 @@ def attach_versus(request: PerfRequest, inputs: PayloadInputs, executor: Executo
     write_json(request.out_dir / inputs.rel / "perf-head.json", docs["head"])
 
 
-def _take_turns(request: PerfRequest, inputs: PayloadInputs, sides: list[tuple[str, PayloadCall]]) -> dict[str, dict]:
-    """Two payloads at once, roles a and b of one turn folder; sides are (name, call). The first
-    failure stops the other side too."""
+def _take_turns(request: PerfRequest, inputs: PayloadInputs, sides: list[tuple[str, PayloadCall]],
+                swap: bool = False) -> dict[str, dict]:
+    """Two payloads at once, roles a and b of one turn folder; sides are (name, call), the second
+    the candidate; `swap` gives the candidate role a (it goes first). The first failure stops the
+    other side too."""
     rel = inputs.rel
     folder = lockstep.prepare(request.out_dir / rel / "lockstep")
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    roles = tuple(reversed(lockstep.ROLES)) if swap else lockstep.ROLES
+    with ThreadPoolExecutor(max_workers=2) as threads:
         # A planted slowdown is the change under test: it goes to the candidate (second) side only.
-        futures = {name: pool.submit(run_payload, request, inputs,
-                                     replace(call, log_prefix=f"perf {name} ({role})", plant=i == 1,
-                                             extra_args=("--lockstep", f"{rel}/lockstep:{role}", *call.extra_args)))
-                   for i, ((name, call), role) in enumerate(zip(sides, lockstep.ROLES))}
+        futures = {name: threads.submit(run_payload, request, inputs,
+                                        replace(call, log_prefix=f"perf {name} ({role})", plant=i == 1,
+                                                extra_args=("--lockstep", f"{rel}/lockstep:{role}", *call.extra_args)))
+                   for i, ((name, call), role) in enumerate(zip(sides, roles))}
         try:
             for future in as_completed(futures.values()):
                 future.result()
