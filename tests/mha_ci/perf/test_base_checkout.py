@@ -77,12 +77,15 @@ def test_perf_measure_against_takes_turns_between_base_and_working_tree(tmp_path
                                "PYTHONPATH": str(SRC)})
     assert done.returncode in (0, 1), done.stderr[-3000:]      # 1: CPU timings may "regress"
     run_dir = tmp_path / f"perf-interpreter-triton-3.4-against-{head[:12]}"
-    logged = [line.split()[1] for line in (run_dir / "lockstep" / "log").read_text().splitlines()]
-    assert logged == ["a", "b", "a", "b", "b", "a"]
-    for side, role in (("base", "a"), ("head", "b")):
+    # perf.yaml's two rounds: each its own lockstep pair, the head role a (first) in the second
+    for n in (1, 2):
+        logged = [line.split()[1] for line in (run_dir / f"round{n}" / "lockstep" / "log").read_text().splitlines()]
+        assert logged == ["a", "b", "a", "b", "b", "a"]
+    for side, roles in (("base", ["a", "b"]), ("head", ["b", "a"])):
         doc = json.loads((run_dir / f"perf-{side}.json").read_text())
-        assert doc["provenance"]["commit"] == head
-        assert doc["selection"]["interleave"]["role"] == role and doc["selection"]["interleave"]["broken"] is None
+        assert doc["provenance"]["commit"] == head and doc["selection"]["rounds"] == 2
+        assert [i["role"] for i in doc["selection"]["rounds_interleave"]] == roles
+        assert all(i["broken"] is None for i in doc["selection"]["rounds_interleave"])
     assert (run_dir / "base-checkout" / "src" / "mha" / "interface.py").is_file()
     assert "Tally:" in done.stdout and (run_dir / "compare.html").is_file()
     bad = subprocess.run([sys.executable, "-m", "mha_ci", "--root", str(root), "perf", "measure", "--arch",
