@@ -187,7 +187,10 @@ def test_nondeterministic_compile_is_its_own_failure(checkout):
         "import random\nimport triton\n", 1).replace(
         "@triton.jit\ndef _scale",
         "SALT = triton.language.constexpr(random.SystemRandom().random())  # differs per process\n\n\n"
-        "@triton.jit\ndef _scale").replace("return s * scale", "return s * scale + SALT")
+        "@triton.jit\ndef _scale").replace("return s * scale", "return s * scale + SALT").replace(
+        "tl.sum(do.to(tl.float32), 1)", "tl.sum(do.to(tl.float32), 1) + SALT")
+    # in every kernel: the sample is drawn anew each run, and may hold only backward variants
+    assert text.count("+ SALT") == 2
     kernel.write_text(text)
     computed, verdict = compute(checkout, sample=2)
     assert verdict.nondeterministic and verdict.failed
