@@ -33,6 +33,8 @@ from mha_ci.model.lockfile import lock_sha256
 from mha_ci.model.types import Arch, Toolchain
 
 OUT_SUBDIR = "code_objects"
+# Variants compiled again in two fresh processes per toolchain run (the payload's determinism check).
+DETERMINISM_SAMPLE = 3
 
 
 def out_folder(slice_: Slice | None) -> str:
@@ -105,7 +107,7 @@ def _target_args(archs: list[Arch]) -> list[str]:
 
 def compute(root: Path, toolchain: Toolchain, archs: list[Arch], executor: Executor, out_dir: Path, *,
             job_arch: Arch | None = None, jobs: int | None = None, only: str | None = None,
-            package: str = "mha", determinism_sample: int = 3, use_cache: bool = True,
+            package: str = "mha", determinism_sample: int = DETERMINISM_SAMPLE, use_cache: bool = True,
             platform: str = "cpu", recheck: float | None = None, seed: int | None = None,
             slice_: Slice | None = None) -> Computed:
     """platform: the toolchain environment that compiles. Ahead-of-time compiles need no device,

@@ -14,13 +14,11 @@ import math
 from pathlib import Path
 
 from mha_ci.checksums.slices import Slice
-from mha_ci.checksums.verify import compile_archs, compute, judge, write_verdict
+from mha_ci.checksums.verify import DETERMINISM_SAMPLE, compile_archs, compute, judge, write_verdict
 from mha_ci.errors import EnvironmentProblem, ExitCode
 from mha_ci.jobs import JobResult
 from mha_ci.jobs.context import JobContext
 from mha_ci.model.types import Job
-
-DETERMINISM_SAMPLE = 3      # variants compiled again in fresh processes per toolchain (payloads/checksums.py)
 
 
 def run_job(job: Job, ctx: JobContext) -> JobResult:

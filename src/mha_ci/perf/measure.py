@@ -181,8 +181,8 @@ def measure_against(request: PerfRequest, inputs: PayloadInputs, executors: tupl
     rel = inputs.rel
     saved = {name: f"{rel}/outputs/{name}" for name in ("base", "head")}
 
-    def sides(out_name: str, keep_outputs: bool) -> list[tuple[str, PayloadCall]]:
-        return [(name, PayloadCall(request.toolchain, out_name=out_name.format(name), executor=ex,
+    def sides(keep_outputs: bool) -> list[tuple[str, PayloadCall]]:
+        return [(name, PayloadCall(request.toolchain, out_name=f"perf-{name}.json", executor=ex,
                                    extra_env={"MHA_CI_COMMIT": commit} if commit else {},
                                    extra_args=("--save-outputs", saved[name]) if keep_outputs else ()))
                 for name, ex, commit in zip(("base", "head"), executors, commits)]
@@ -191,9 +191,9 @@ def measure_against(request: PerfRequest, inputs: PayloadInputs, executors: tupl
         shutil.rmtree(request.out_dir / folder, ignore_errors=True)
     rounds = request.pipeline.perf.against.rounds
     if rounds == 1:
-        docs = _take_turns(request, inputs, sides("perf-{}.json", numerics))
+        docs = _take_turns(request, inputs, sides(numerics))
     else:
-        docs = _measure_rounds(request, inputs, rounds, sides, numerics)
+        docs = _measure_rounds(request, inputs, rounds, sides)
     if numerics:
         try:
             attach_versus(request, inputs, executors[1], saved, docs, commits[0])
@@ -202,18 +202,17 @@ def measure_against(request: PerfRequest, inputs: PayloadInputs, executors: tupl
     return docs
 
 
-def _measure_rounds(request: PerfRequest, inputs: PayloadInputs, rounds: int, sides, numerics: bool) -> dict[str, dict]:
+def _measure_rounds(request: PerfRequest, inputs: PayloadInputs, rounds: int, sides) -> dict[str, dict]:
     """`rounds` lockstep pairs in out_dir/rel/round<i>, the first side alternating, each side's
     rounds pooled into out_dir/rel/perf-<side>.json; numerics from the first round only."""
     per_round = replace(request, method=round_method(request.method, rounds))
     runs: dict[str, list[dict]] = {"base": [], "head": []}
     dumps: dict[str, list[dict]] = {"base": [], "head": []}
     for i in range(1, rounds + 1):
-        first = i == 1
-        this = per_round if first else replace(per_round, numerics=False)
+        this = per_round if i == 1 else replace(per_round, numerics=False)
         round_inputs = write_inputs(this, f"{inputs.rel}/round{i}")
         print(f"mha-ci perf: round {i}/{rounds} ({'base' if i % 2 else 'head'} first)", file=sys.stderr)
-        docs = _take_turns(this, round_inputs, sides("perf-{}.json", numerics and first), swap=i % 2 == 0)
+        docs = _take_turns(this, round_inputs, sides(this.records_numerics), swap=i % 2 == 0)
         for name, doc in docs.items():
             runs[name].append(doc)
             dumps[name].append(json.loads((request.out_dir / round_inputs.rel / f"perf-{name}.dispatches.json")
