@@ -20,7 +20,9 @@ shapes falsely called regressions, at least 95 % of planted shapes caught. `mha-
 calibrate` exits 1 when a bar is missed, so a calibration run can gate like a comparison.
 
 Several A/A pairs (`calibrate_pairs`) are judged as one sample: a false-regression rate of at
-most 1 % needs hundreds of judgements, more than one run of a pull-request subset holds.
+most 1 % needs hundreds of judgements, more than one run of a pull-request subset holds. A shape
+whose two sides record different code objects is left out of its pair and named: it is no A/A
+judgement. That lets the same-code shapes of a real A/B run (a pull request's perf job) count.
 
 The scaled plant (`scaled_pct`) is a slowdown that realises exactly what it says: each pair's B
 side with every time multiplied by 1 + pct/100 (its rep means too, so its noise and interval are
@@ -93,6 +95,22 @@ def at_least(doc: dict, keys_of: dict, min_us: float) -> dict:
     return {**doc, "selection": selection, "results": results}
 
 
+def same_code(a: dict, b: dict) -> tuple[dict, dict, list[str]]:
+    """(a, b) without the shapes whose code objects differ between them, and those shapes' keys.
+    A shape with no code objects recorded on a side is kept (nothing says it differs)."""
+    codes_a = {e["key"]: e.get("code_objects") for e in a["results"]}
+    other = sorted(e["key"] for e in b["results"]
+                   if e.get("code_objects") and codes_a.get(e["key"]) and e["code_objects"] != codes_a[e["key"]])
+    if not other:
+        return a, b, []
+
+    def without(doc: dict) -> dict:
+        results = [e for e in doc["results"] if e["key"] not in other]
+        return {**doc, "selection": {**(doc.get("selection") or {}), "subset": "custom", "count": len(results)},
+                "results": results}
+    return without(a), without(b), other
+
+
 def calibrate(a: dict, b: dict, policy: GatePolicy, planted: dict | None = None, bars: Bars = Bars(),
               planted_base: dict | None = None, min_us: float = 0.0, scaled_pct: float | None = None) -> dict:
     """One A/A pair: calibrate_pairs with a single pair."""
@@ -107,7 +125,13 @@ def calibrate_pairs(pairs: list[tuple[dict, dict]], policy: GatePolicy, planted:
     `planted_base` (default: the first pair's A); the scaled plant against each pair's A."""
     if not pairs:
         return {"refused": "no A/A pair to judge"}
-    pairs = [(at_least(a, a, min_us), at_least(b, a, min_us)) for a, b in pairs]
+    other_code: list[dict] = []
+    kept = []
+    for n, (a, b) in enumerate(pairs, start=1):
+        a, b, other = same_code(at_least(a, a, min_us), at_least(b, a, min_us))
+        other_code += [{"pair": n, "key": key} for key in other]
+        kept.append((a, b))
+    pairs = kept
     valid: list[_Judged] = []
     shapes = []
     for n, (a, b) in enumerate(pairs, start=1):
@@ -134,6 +158,7 @@ def calibrate_pairs(pairs: list[tuple[dict, dict]], policy: GatePolicy, planted:
         "pairs": len(pairs),
         "shapes_total": len(shapes),
         "shapes_valid": len(valid),
+        "left_out_other_code": other_code,
         "false_regressions": false_reg,
         "false_regression_rate": len(false_reg) / len(valid) if valid else None,
         # One-sided 95 % upper bound of the rate: how low a rate this many judgements can show.
@@ -289,7 +314,8 @@ def markdown(result: dict) -> str:
              f"Gate under test: floor {g['floor_pct']} %, k {g['k']}, invalid above {g['invalid_noise_pct']} % noise"
              + (f"; shapes of at least {result['min_us']:g} us." if result.get("min_us") else "."),
              _verdict_line(result.get("verdict")),
-             f"A/A pairs: {pairs}. Valid judgements: {result['shapes_valid']} of {result['shapes_total']}.",
+             f"A/A pairs: {pairs}. Valid judgements: {result['shapes_valid']} of {result['shapes_total']}."
+             + _other_code_line(result.get("left_out_other_code") or []),
              f"False regressions: {len(result['false_regressions'])} "
              f"({_pct(result['false_regression_rate'])}"
              + ("" if upper is None else f"; 95 % upper bound {100 * upper:.2f} %")
@@ -332,6 +358,13 @@ def markdown(result: dict) -> str:
                      + f"| `{s['key']}` | {_num(s['noise_a_pct'])} | {_num(s['noise_b_pct'])} | "
                      f"{_num(s['aa_delta_pct'])} | {_num(s['smallest_caught_pct'])} | {s['status']} |")
     return "\n".join(lines) + "\n"
+
+
+def _other_code_line(other: list[dict]) -> str:
+    if not other:
+        return ""
+    return (f" Left out, other code on the two sides (no A/A judgement): {len(other)}: "
+            + ", ".join(f"`{o['key']}` (pair {o['pair']})" for o in other) + ".")
 
 
 def _verdict_line(v: dict | None) -> str:

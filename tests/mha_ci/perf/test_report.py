@@ -231,6 +231,29 @@ def test_calibration_pools_pairs_and_bounds_the_false_rate():
     assert "A/A pairs: 3. Valid judgements: 12 of 12." in calibrate.markdown(result)
 
 
+def test_calibration_leaves_out_shapes_that_ran_other_code():
+    """A real A/B run's same-code shapes are A/A judgements; its changed shapes are not."""
+    keys = KEYS
+
+    def coded(key, us, sha):
+        e = entry(key, us, noise=0.3)
+        e["code_objects"] = {"fwd": sha}
+        return e
+
+    a = doc([coded(k, 100.0, "a" * 64) for k in keys])
+    b = doc([coded(keys[0], 110.0, "b" * 64)] + [coded(k, 100.0, "a" * 64) for k in keys[1:]])
+    result = calibrate.calibrate_pairs([(a, b)], gate(floor_pct=1.5, k=2.0))
+    assert result["shapes_valid"] == len(keys) - 1 and result["false_regressions"] == []
+    assert result["left_out_other_code"] == [{"pair": 1, "key": keys[0]}]
+    assert f"other code on the two sides (no A/A judgement): 1: `{keys[0]}` (pair 1)" in calibrate.markdown(result)
+    # Without code objects recorded nothing says the code differs: the shape stays and is a false call.
+    bare = calibrate.calibrate_pairs([(doc([entry(k, 100.0, noise=0.3) for k in keys]),
+                                       doc([entry(keys[0], 110.0, noise=0.3)]
+                                           + [entry(k, 100.0, noise=0.3) for k in keys[1:]]))],
+                                     gate(floor_pct=1.5, k=2.0))
+    assert bare["false_regressions"] == [keys[0]] and bare["left_out_other_code"] == []
+
+
 def test_scaled_plant_realises_exactly_what_it_says():
     keys = KEYS
     a = doc([entry(k, 100.0, noise=0.3) for k in keys])

@@ -1,0 +1,55 @@
+# On the H200: the pull-request perf job as a same-GPU A/B (issue 36), for one carried Triton.
+# usage: STEPS="prjob aa aa pl3" DEADLINE=560 bash .lab/ab.sh 3.8     (the bundle in .b38/ or .b34/)
+#   prjob  the perf job of the PR pipeline (mha-ci run --perf-against HEAD) with a planted config
+#          change in the working tree: backward `default` BLOCK_N2 64 -> 32 (red on that bucket's
+#          backward shapes, and on nothing else)
+#   aa     perf measure --against HEAD of the PR subset on the clean tree (an A/A run)
+#   layout the .lab/layout.py experiment in two processes over $LKEYS
+#   prclean the perf job of the PR pipeline on the clean tree (its wall time; an A/A)
+#   refresh the nightly refresh job of the toolchain (mha-ci run --job refresh-sm90-<tc>); its
+#          baseline commit comes back as refresh-<V>.patch
+#   pl3    the same with MHA_PERF_PLANT_SLOWDOWN=3 on the candidate side (the payload's spin plant)
+# A step starts only when DEADLINE (s after start) leaves it its expected time (EXPECT_<step>).
+V=$1; TC=triton-$V; ROOT=$PWD; B=.b${V/./}; T0=$(date +%s); L=$OUT/log.txt
+rm -rf /tmp/tri; mkdir -p /tmp/tri /tmp/site && tar -C /tmp/tri -xJf $B/triton-$V.0.tar.xz || exit 9
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 9
+# A git checkout of this tree, so that HEAD is a base: the plant is its only change.
+rm -rf /tmp/w && mkdir -p /tmp/w && tar -C . --exclude=./.b34 --exclude=./.b38 --exclude=./.whl --exclude=./.lab -cf - . | tar -C /tmp/w -xf -
+cd /tmp/w && git init -q && git add -A && git -c user.name=lab -c user.email=lab@invalid commit -qm base || exit 9
+export PYTHONPATH=/tmp/tri:/tmp/site:/tmp/w/src PYTHONUNBUFFERED=1 MHA_CI_CACHE=/tmp/mc TRITON_CACHE_DIR=/tmp/tc-$V
+python3 -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)" | tee $L
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a $L
+echo "setup $(( $(date +%s) - T0 )) s; triton cache entries before: $(ls /tmp/tc-$V 2>/dev/null | wc -l)" | tee -a $L
+step() {  # step NAME SECONDS command...: run, log, pack its results into $OUT at once
+  local name=$1 secs=$2; shift 2; local t=$(date +%s)
+  timeout "$secs" "$@" > /tmp/$name.log 2>&1; local rc=$?
+  echo "$name rc=$rc $(( $(date +%s) - t )) s (at $(( $(date +%s) - T0 )) s)" | tee -a $L
+  grep -v "^\[perf\] \[#*\.*\]" /tmp/$name.log | grep -v "pin" | tail -${TAIL:-8} | tee -a $L
+  (cd /tmp && tar czf $OUT/$name-$V.tgz --exclude='base-checkout' --exclude='outputs' --exclude='*.npz' $name.log r/$name 2>/dev/null)
+}
+M="python3 -m mha_ci perf measure --executor host --pins record --arch sm90 --toolchain $TC --subset pr"
+n=0
+for s in ${STEPS:-prjob aa aa}; do
+  n=$((n+1)); left=$(( ${DEADLINE:-560} - ($(date +%s) - T0) ))
+  want=$(eval echo \${EXPECT_$s:-130}); [ $left -lt $want ] && { echo "skip $s$n: $left s left" | tee -a $L; continue; }
+  case $s in
+  prjob) python3 - <<'PY'
+import json
+p = "src/mha/configs/sm90-MHA-DEFAULT.json"
+d = json.load(open(p)); d["backward"]["default"]["BLOCK_N2"] = 32
+open(p, "w").write(json.dumps(d, indent=2) + "\n")
+PY
+         git diff --stat | tail -1 | tee -a $L
+         TAIL=40 step prjob $left python3 -m mha_ci run --executor host --pins record --event pull_request --job perf-sm90-$TC --perf-against HEAD --out /tmp/r/prjob
+         git checkout -q . ;;
+  prclean) TAIL=12 step prclean $left python3 -m mha_ci run --executor host --pins record --event pull_request --job perf-sm90-$TC --perf-against HEAD --out /tmp/r/prclean ;;
+  refresh) TAIL=30 step refresh $left python3 -m mha_ci run --executor host --pins record --job refresh-sm90-$TC --out /tmp/r/refresh
+         git branch --list | tee -a $L
+         for b in $(git for-each-ref --format='%(refname:short)' refs/heads/baseline-refresh); do git format-patch -1 "$b" --stdout > $OUT/refresh-$V.patch; done
+         (cd /tmp/r/refresh && find . -name '*.json' -path '*refresh*' | head -20 | tar czf $OUT/refresh-out-$V.tgz -T - 2>/dev/null) ;;
+  layout) TAIL=14 step layout $left bash -c "python3 $ROOT/.lab/layout.py p1 $LKEYS; python3 $ROOT/.lab/layout.py p2 $LKEYS" ;;
+  aa)    step aa$n $left $M --against HEAD --out /tmp/r/aa$n ;;
+  pl3)   step pl3$n $left env MHA_PERF_PLANT_SLOWDOWN=3 $M --against HEAD --out /tmp/r/pl3$n ;;
+  esac
+done
+echo "done at $(( $(date +%s) - T0 )) s" | tee -a $L
