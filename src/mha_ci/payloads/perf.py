@@ -490,6 +490,8 @@ def parse_args(argv):
     p.add_argument("--numerics", action="store_true",
                    help="also record each shape's output digests and error against a float64 reference")
     p.add_argument("--save-outputs", metavar="DIR", help="with --numerics: keep each shape's outputs in DIR/<key>.pt")
+    p.add_argument("--precompile-workers", type=int, default=0, metavar="N",
+                   help="first compile every shape's kernels on N processes at once (mha_ci.payloads.perf_precompile)")
     args = p.parse_args(argv)
     if args.save_outputs and not args.numerics:
         p.error("--save-outputs needs --numerics")
@@ -528,7 +530,22 @@ def main(argv: list[str] | None = None) -> int:
             lock.leave()
 
 
+def _precompile(args, shapes_doc, entries) -> None:
+    """Fill Triton's cache for the selected shapes on several processes, before any turn is
+    taken (both sides of an A/B do it at once); only time is at stake, so it only reports."""
+    from mha_ci.payloads import perf_precompile  # only runs that precompile need it
+
+    where = {id(e): i for i, e in enumerate(shapes_doc["shapes"])}
+    done = perf_precompile.precompile(str(out_path(args.shapes)), [where[id(e)] for e in entries],
+                                      args.precompile_workers, args.kernel, args.device)
+    note = f"; {len(done['failed'])} worker(s) failed: {done['failed'][0]}" if done["failed"] else ""
+    print(f"perf payload: precompiled {done['shapes']} shapes on {done['workers']} processes in "
+          f"{done['seconds']} s{note}", file=sys.stderr)
+
+
 def _measure_all(args, pins, shapes_doc, method, entries, lock) -> int:
+    if args.precompile_workers > 0 and entries:
+        _precompile(args, shapes_doc, entries)
     if lock is not None:
         lock.wait(0)
     import torch  # toolchain only: after the pin check

@@ -66,6 +66,7 @@ class PayloadCall:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     plant: bool = True                     # pass a planted slowdown (MHA_PERF_PLANT_*) on to it
     executor: Executor | None = None       # another checkout's (a base kernel); default the request's
+    precompile: bool = True                # on a GPU, compile the shapes' kernels on several processes first
 
 
 def write_input_files(folder: Path, workloads: list[Workload], selection: str, meth: Method) -> tuple[Path, Path]:
@@ -79,6 +80,24 @@ def write_inputs(request: PerfRequest, rel: str) -> PayloadInputs:
     workloads = request.workloads()
     write_input_files(request.out_dir / rel, workloads, request.selection, request.method)
     return PayloadInputs(rel=rel, count=len(workloads))
+
+
+# Precompile processes per GPU payload: more stop paying, as each imports torch and starts a
+# device context.
+MAX_PRECOMPILE_WORKERS = 8
+
+
+def precompile_workers(sides: int, cpus: int | None = None) -> int:
+    """Processes each GPU payload compiles its shapes' kernels on before timing them
+    (mha_ci.payloads.perf_precompile): this machine's CPUs shared by the payloads that start
+    together; MHA_CI_PRECOMPILE_WORKERS sets it (0: compile while timing, one shape at a time)."""
+    forced = os.environ.get("MHA_CI_PRECOMPILE_WORKERS")
+    if forced is not None:
+        try:
+            return max(0, int(forced))
+        except ValueError:
+            raise ConfigError(f"MHA_CI_PRECOMPILE_WORKERS={forced!r}: expected a whole number") from None
+    return max(1, min(MAX_PRECOMPILE_WORKERS, (cpus or os.cpu_count() or 1) // max(1, sides)))
 
 
 def run_payload(request: PerfRequest, inputs: PayloadInputs, call: PayloadCall) -> dict:
@@ -99,6 +118,8 @@ def run_payload(request: PerfRequest, inputs: PayloadInputs, call: PayloadCall) 
         args += ["--numerics"]
     if arch.compile_target is None:
         args += ["--device", "cpu"]
+    elif call.precompile:
+        args += ["--precompile-workers", str(precompile_workers(sides=2 if "--lockstep" in call.extra_args else 1))]
     names = ("MHA_PERF_PLANT_SLOWDOWN", "MHA_PERF_PLANT_KEYS", "MHA_CI_COMMIT") if call.plant else ("MHA_CI_COMMIT",)
     env = {k: os.environ[k] for k in names if k in os.environ}
     env.update(call.extra_env)
@@ -212,7 +233,10 @@ def _measure_rounds(request: PerfRequest, inputs: PayloadInputs, rounds: int, si
         this = per_round if i == 1 else replace(per_round, numerics=False)
         round_inputs = write_inputs(this, f"{inputs.rel}/round{i}")
         print(f"mha-ci perf: round {i}/{rounds} ({'base' if i % 2 else 'head'} first)", file=sys.stderr)
-        docs = _take_turns(this, round_inputs, sides(this.records_numerics), swap=i % 2 == 0)
+        # Later rounds find the first round's kernels in Triton's cache: starting the precompile
+        # workers again would cost their start (about 11 s on the H200) for nothing.
+        calls = [(name, replace(call, precompile=i == 1)) for name, call in sides(this.records_numerics)]
+        docs = _take_turns(this, round_inputs, calls, swap=i % 2 == 0)
         for name, doc in docs.items():
             runs[name].append(doc)
             dumps[name].append(json.loads((request.out_dir / round_inputs.rel / f"perf-{name}.dispatches.json")

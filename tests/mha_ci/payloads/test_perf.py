@@ -104,8 +104,8 @@ def test_pads_are_seeded_varied_and_whole_grains():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("relayout", [False, True])
-def test_whole_payload_on_cpu_with_sdpa(tmp_path, torch_python, relayout):
+@pytest.mark.parametrize("relayout,precompile", [(False, 0), (True, 2)])
+def test_whole_payload_on_cpu_with_sdpa(tmp_path, torch_python, relayout, precompile):
     python = torch_python
     from mha_ci.perf.buckets import bucket_of
     from mha_ci.perf.shapes import Shape
@@ -122,8 +122,10 @@ def test_whole_payload_on_cpu_with_sdpa(tmp_path, torch_python, relayout):
     env.pop("MHA_CI_PINS", None)
     done = subprocess.run([python, "-m", "mha_ci.payloads.perf", "--shapes", "shapes.json", "--method", "method.json",
                            "--out", "perf.json", "--kernel", "sdpa", "--device", "cpu", "--toolchain", "test",
-                           "--dump-dispatches", "d.json"], env=env, capture_output=True, text=True, timeout=600)
+                           "--dump-dispatches", "d.json", "--precompile-workers", str(precompile)],
+                          env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
+    assert ("perf payload: precompiled 4 shapes on 2 processes" in done.stderr) is (precompile == 2)
     doc = json.loads((tmp_path / "perf.json").read_text())
     assert check_perf(doc) is None
     assert [r["key"] for r in doc["results"]] == [w.key for w in workloads]
@@ -157,3 +159,22 @@ def test_launch_recorder_times_an_mha_that_predates_the_observers(monkeypatch):
     with LaunchRecorder() as recorder:
         assert new_launch.LAUNCH_OBSERVERS == [recorder]
     assert new_launch.LAUNCH_OBSERVERS == []
+
+
+def test_precompile_deals_shapes_round_robin_and_shares_the_cpus():
+    from mha_ci.payloads import perf_precompile as pre
+
+    assert pre.shares(5, 2) == [[0, 2, 4], [1, 3]]
+    assert pre.shares(2, 8) == [[0], [1]]          # no empty worker
+    assert pre.shares(0, 4) == []
+
+
+
+def test_a_failing_precompile_worker_is_reported_not_raised(tmp_path, monkeypatch):
+    """A worker that cannot make its shapes' calls (here: no such shapes file) costs time only."""
+    from mha_ci.payloads import perf_precompile as pre
+
+    monkeypatch.setenv("PYTHONPATH", str(SRC))
+    done = pre.precompile(str(tmp_path / "missing.json"), [0, 1, 2], 2, "sdpa", "cpu", timeout_s=120)
+    assert done["shapes"] == 3 and done["workers"] == 2 and len(done["failed"]) == 2
+    assert all("exited" in why for why in done["failed"])

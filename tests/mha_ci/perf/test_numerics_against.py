@@ -66,3 +66,18 @@ def test_numerics_apply_to_the_mha_kernel_on_a_gpu_only(pipeline):
     assert numerics_apply(pipeline, "sm90", "mha")
     assert not numerics_apply(pipeline, "sm90", "sdpa")
     assert not numerics_apply(pipeline, "interpreter", "mha")
+
+
+def test_only_the_first_round_precompiles(pipeline, tmp_path, monkeypatch):
+    """Both sides of round 1 compile their kernels on several processes first; later rounds find
+    them in Triton's cache and start no workers."""
+    monkeypatch.delenv("MHA_CI_PRECOMPILE_WORKERS", raising=False)
+    assert pipeline.perf.against.rounds == 2
+    fake = AbSides()
+    request = _request(pipeline, tmp_path, fake)
+    measure.measure_against(request, measure.write_inputs(request, "against"), (fake, fake), ("b" * 40, None))
+    perf_runs = [args for module, args in fake.runs if module == "perf"]
+    by_round = {r: [a for a in perf_runs if any(f"/round{r}/" in x for x in a)] for r in (1, 2)}
+    assert len(by_round[1]) == 2 and len(by_round[2]) == 2
+    assert all("--precompile-workers" in a for a in by_round[1])
+    assert not any("--precompile-workers" in a for a in by_round[2])

@@ -8,6 +8,7 @@
 #   prclean the perf job of the PR pipeline on the clean tree (its wall time; an A/A)
 #   refresh the nightly refresh job of the toolchain (mha-ci run --job refresh-sm90-<tc>); its
 #          baseline commit comes back as refresh-<V>.patch
+#   repro  .lab/wsrepro.py, the warp-specialization reproducer of issue 39 (its output: wsrepro-<V>.txt)
 #   pl3    the same with MHA_PERF_PLANT_SLOWDOWN=3 on the candidate side (the payload's spin plant)
 # A step starts only when DEADLINE (s after start) leaves it its expected time (EXPECT_<step>).
 V=$1; TC=triton-$V; ROOT=$PWD; B=.b${V/./}; T0=$(date +%s); L=$OUT/log.txt
@@ -47,6 +48,7 @@ PY
          git branch --list | tee -a $L
          for b in $(git for-each-ref --format='%(refname:short)' refs/heads/baseline-refresh); do git format-patch -1 "$b" --stdout > $OUT/refresh-$V.patch; done
          (cd /tmp/r/refresh && find . -name '*.json' -path '*refresh*' | head -20 | tar czf $OUT/refresh-out-$V.tgz -T - 2>/dev/null) ;;
+  repro) TAIL=3 step repro $left python3 $ROOT/.lab/wsrepro.py; cp /tmp/repro.log $OUT/wsrepro-$V.txt ;;
   layout) TAIL=14 step layout $left bash -c "python3 $ROOT/.lab/layout.py p1 $LKEYS; python3 $ROOT/.lab/layout.py p2 $LKEYS" ;;
   aa)    step aa$n $left $M --against HEAD --out /tmp/r/aa$n ;;
   pl3)   step pl3$n $left env MHA_PERF_PLANT_SLOWDOWN=3 $M --against HEAD --out /tmp/r/pl3$n ;;

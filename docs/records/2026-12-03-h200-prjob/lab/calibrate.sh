@@ -7,7 +7,7 @@ set -e
 MHA=${1:-mha-ci}; HERE=$PWD; ROUNDS=../2026-12-02-h200-rounds/raw
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 for f in $ROUNDS/call1-aa2-3.8.tgz $ROUNDS/call1-aa3-3.8.tgz $ROUNDS/call2-aa1-3.8.tgz $ROUNDS/call2-aa2-3.8.tgz \
-         $ROUNDS/call3-aa1-3.8.tgz raw/s1-aa2-3.8.tgz raw/s1-prjob-3.8.tgz; do
+         $ROUNDS/call3-aa1-3.8.tgz raw/s1-aa2-3.8.tgz raw/s1-prjob-3.8.tgz raw/s2-prclean-3.8.tgz; do
   n=$(basename "$f" .tgz); mkdir -p "$W/$n"; tar -C "$W/$n" -xzf "$f"
 done
 cd "$W"
@@ -16,13 +16,14 @@ L[c1]="call1-aa2-3.8/r/aa2/*against* call1-aa3-3.8/r/aa3/*against*"      # one r
 L[c2]="call2-aa1-3.8/r/aa1/*against* call2-aa2-3.8/r/aa2/*against*"
 L[c3]="call3-aa1-3.8/r/aa1/*against*"
 L[s1]="s1-aa2-3.8/r/aa2/*against* s1-prjob-3.8/r/prjob/jobs/perf-sm90-triton-3.8"
+L[s2]="s2-prclean-3.8/r/prclean/jobs/perf-sm90-triton-3.8"
 P=""
-for d in $(ls -d ${L[c2]} ${L[c3]} ${L[s1]}); do P="$P $d/perf-base.json $d/perf-head.json"; done
+for d in $(ls -d ${L[c2]} ${L[c3]} ${L[s1]} ${L[s2]}); do P="$P $d/perf-base.json $d/perf-head.json"; done
 $MHA perf calibrate $P --against-floor --min-us 100 --scaled-plant 3 --out "$HERE/calibrate-two-rounds" > /dev/null || true
 P=""
-for held in c1 c2 c3 s1; do
+for held in c1 c2 c3 s1 s2; do
   runs=""
-  for o in c1 c2 c3 s1; do [ $o = $held ] || runs="$runs $(ls -d ${L[$o]} | head -1)/perf-base.json"; done
+  for o in c1 c2 c3 s1 s2; do [ $o = $held ] || runs="$runs $(ls -d ${L[$o]} | head -1)/perf-base.json"; done
   $MHA perf combine --out "$W/base-without-$held.json" $runs > /dev/null
   for d in $(ls -d ${L[$held]}); do P="$P $W/base-without-$held.json $d/perf-base.json $W/base-without-$held.json $d/perf-head.json"; done
 done
