@@ -34,6 +34,31 @@ def shares(count: int, workers: int) -> list[list[int]]:
     return [list(range(w, count, workers)) for w in range(workers)] if count else []
 
 
+# Bytes an element of each dtype the shapes name takes.
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def footprint_bytes(shape: dict) -> int:
+    """A generous estimate of the device memory one shape's call takes: q, k, v (made in float32
+    first, then cast), the output, and for a backward step dout and the gradients with a float32
+    dq sum."""
+    el = DTYPE_BYTES.get(shape.get("dtype", "bf16"), 4)
+    b, sq, sk, hq, hk = shape["batch"], shape["sq"], shape["sk"], shape["hq"], shape["hk"]
+    q, k, v = b * sq * hq * shape["dqk"], b * sk * hk * shape["dqk"], b * sk * hk * shape["dv"]
+    out = b * sq * hq * shape["dv"]
+    total = (q + k + v + out) * el + max(q, k, v) * 4
+    if shape.get("pass", "fwd") == "bwd":
+        total += (q + k + v + 2 * out) * el + q * 4
+    return total
+
+
+def fits(shape: dict, free_bytes: int, share: float = 0.5) -> bool:
+    """Whether a worker should make this shape's call now: its footprint within `share` of the
+    device memory free at the moment (the other workers hold the rest). A shape left out is
+    compiled by the timing process, alone on the device, as without precompiling."""
+    return footprint_bytes(shape) <= share * free_bytes
+
+
 def precompile(shapes_path: str, indices: list[int], workers: int, kernel: str, device: str,
                timeout_s: float = WORKER_TIMEOUT_S) -> dict:
     """Run the workers over `indices` (positions in the shapes file) and wait for them; returns
@@ -79,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         for index in (int(i) for i in args.indices.split(",") if i):
             shape = shapes[index]["shape"]
+            if args.device == "cuda" and not fits(shape, torch.cuda.mem_get_info()[0]):
+                print(f"precompile: {shapes[index]['key']}: left to the timing process (memory)", file=sys.stderr)
+                continue
             try:
                 inputs = perf.make_inputs(torch, shape, args.device, index)
                 perf.kernel_call(args.kernel, shape)(torch, shape, inputs)()

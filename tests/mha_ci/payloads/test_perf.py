@@ -178,3 +178,15 @@ def test_a_failing_precompile_worker_is_reported_not_raised(tmp_path, monkeypatc
     done = pre.precompile(str(tmp_path / "missing.json"), [0, 1, 2], 2, "sdpa", "cpu", timeout_s=120)
     assert done["shapes"] == 3 and done["workers"] == 2 and len(done["failed"]) == 2
     assert all("exited" in why for why in done["failed"])
+
+
+def test_precompile_leaves_a_shape_too_big_for_the_free_memory_to_the_timing_process():
+    from mha_ci.payloads import perf_precompile as pre
+
+    decode = {"batch": 64, "sq": 1, "sk": 8192, "hq": 64, "hk": 64, "dqk": 192, "dv": 128, "dtype": "bf16"}
+    # k alone: 64 x 8192 x 64 x 192 elements, made in float32 first (the 24 GiB an H200 worker asked for)
+    assert pre.footprint_bytes(decode) > 64 * 8192 * 64 * 192 * 4
+    assert not pre.fits(decode, free_bytes=20 * 2**30) and pre.fits(decode, free_bytes=120 * 2**30)
+    small = {"batch": 2, "sq": 64, "sk": 64, "hq": 4, "hk": 2, "dqk": 32, "dv": 32, "dtype": "bf16"}
+    assert pre.footprint_bytes({**small, "pass": "bwd"}) > pre.footprint_bytes(small)
+    assert pre.fits(small, free_bytes=2**30)
