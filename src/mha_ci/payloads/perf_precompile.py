@@ -3,8 +3,8 @@
     python -m mha_ci.payloads.perf_precompile --shapes shapes.json --indices 0,4,8 [--kernel mha] [--device cuda]
 
 Why: the first call of every shape JIT-compiles its kernels one after the other in the timing
-process, and in an A/B turn by turn with the other side. On a cold Triton cache that was about a
-third of the pull-request perf job on the H200 (docs/perf-method.md). Here, workers make each
+process, and in an A/B turn by turn with the other side: on a cold Triton cache (a fresh GPU
+runner) much of the pull-request perf job (docs/perf-method.md). Here, workers make each
 shape's call once, which fills Triton's on-disk cache (TRITON_CACHE_DIR, inherited, so the
 timing process's own), then exit; the timing process's first call of a shape then loads its
 kernels instead of compiling them. The inputs are made the timing process's way

@@ -234,7 +234,7 @@ def _measure_rounds(request: PerfRequest, inputs: PayloadInputs, rounds: int, si
         round_inputs = write_inputs(this, f"{inputs.rel}/round{i}")
         print(f"mha-ci perf: round {i}/{rounds} ({'base' if i % 2 else 'head'} first)", file=sys.stderr)
         # Later rounds find the first round's kernels in Triton's cache: starting the precompile
-        # workers again would cost their start (about 11 s on the H200) for nothing.
+        # workers again would cost their start-up (importing torch, a device context) for nothing.
         calls = [(name, replace(call, precompile=i == 1)) for name, call in sides(this.records_numerics)]
         docs = _take_turns(this, round_inputs, calls, swap=i % 2 == 0)
         for name, doc in docs.items():
