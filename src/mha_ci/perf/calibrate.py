@@ -37,7 +37,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from mha_ci.perf.compare import GatePolicy, ShapeVerdict, compare
+from mha_ci.perf.compare import GatePolicy, ShapeVerdict, compare, same_code
 from mha_ci.perf.report import COLOURS, figure_png, pyplot
 from mha_ci.perf.shapes import pass_of_key
 
@@ -95,12 +95,12 @@ def at_least(doc: dict, keys_of: dict, min_us: float) -> dict:
     return {**doc, "selection": selection, "results": results}
 
 
-def same_code(a: dict, b: dict) -> tuple[dict, dict, list[str]]:
-    """(a, b) without the shapes whose code objects differ between them, and those shapes' keys.
-    A shape with no code objects recorded on a side is kept (nothing says it differs)."""
-    codes_a = {e["key"]: e.get("code_objects") for e in a["results"]}
-    other = sorted(e["key"] for e in b["results"]
-                   if e.get("code_objects") and codes_a.get(e["key"]) and e["code_objects"] != codes_a[e["key"]])
+def without_other_code(a: dict, b: dict) -> tuple[dict, dict, list[str]]:
+    """(a, b) without the shapes whose code objects differ between them (compare.same_code is
+    False), and those shapes' keys. A shape with no code objects recorded on a side is kept
+    (nothing says it differs)."""
+    by_key = {e["key"]: e for e in a["results"]}
+    other = sorted(e["key"] for e in b["results"] if same_code(by_key.get(e["key"]), e) is False)
     if not other:
         return a, b, []
 
@@ -128,7 +128,7 @@ def calibrate_pairs(pairs: list[tuple[dict, dict]], policy: GatePolicy, planted:
     other_code: list[dict] = []
     kept = []
     for n, (a, b) in enumerate(pairs, start=1):
-        a, b, other = same_code(at_least(a, a, min_us), at_least(b, a, min_us))
+        a, b, other = without_other_code(at_least(a, a, min_us), at_least(b, a, min_us))
         other_code += [{"pair": n, "key": key} for key in other]
         kept.append((a, b))
     pairs = kept

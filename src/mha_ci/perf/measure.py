@@ -67,6 +67,7 @@ class PayloadCall:
     plant: bool = True                     # pass a planted slowdown (MHA_PERF_PLANT_*) on to it
     executor: Executor | None = None       # another checkout's (a base kernel); default the request's
     precompile: bool = True                # on a GPU, compile the shapes' kernels on several processes first
+    together: int = 1                      # payloads started at once (an A/B's two sides) sharing the CPUs
 
 
 def write_input_files(folder: Path, workloads: list[Workload], selection: str, meth: Method) -> tuple[Path, Path]:
@@ -119,7 +120,7 @@ def run_payload(request: PerfRequest, inputs: PayloadInputs, call: PayloadCall) 
     if arch.compile_target is None:
         args += ["--device", "cpu"]
     elif call.precompile:
-        args += ["--precompile-workers", str(precompile_workers(sides=2 if "--lockstep" in call.extra_args else 1))]
+        args += ["--precompile-workers", str(precompile_workers(sides=call.together))]
     names = ("MHA_PERF_PLANT_SLOWDOWN", "MHA_PERF_PLANT_KEYS", "MHA_CI_COMMIT") if call.plant else ("MHA_CI_COMMIT",)
     env = {k: os.environ[k] for k in names if k in os.environ}
     env.update(call.extra_env)
@@ -284,7 +285,7 @@ def _take_turns(request: PerfRequest, inputs: PayloadInputs, sides: list[tuple[s
     with ThreadPoolExecutor(max_workers=2) as threads:
         # A planted slowdown is the change under test: it goes to the candidate (second) side only.
         futures = {name: threads.submit(run_payload, request, inputs,
-                                        replace(call, log_prefix=f"perf {name} ({role})", plant=i == 1,
+                                        replace(call, log_prefix=f"perf {name} ({role})", plant=i == 1, together=2,
                                                 extra_args=("--lockstep", f"{rel}/lockstep:{role}", *call.extra_args)))
                    for i, ((name, call), role) in enumerate(zip(sides, roles))}
         try:

@@ -161,13 +161,12 @@ def test_launch_recorder_times_an_mha_that_predates_the_observers(monkeypatch):
     assert new_launch.LAUNCH_OBSERVERS == []
 
 
-def test_precompile_deals_shapes_round_robin_and_shares_the_cpus():
+def test_precompile_deals_shapes_round_robin_to_workers():
     from mha_ci.payloads import perf_precompile as pre
 
     assert pre.shares(5, 2) == [[0, 2, 4], [1, 3]]
     assert pre.shares(2, 8) == [[0], [1]]          # no empty worker
     assert pre.shares(0, 4) == []
-
 
 
 def test_a_failing_precompile_worker_is_reported_not_raised(tmp_path, monkeypatch):

@@ -94,4 +94,3 @@ def test_the_ab_runs_its_rounds_alternating_who_goes_first(pipeline_root, tmp_pa
     assert head["selection"]["rounds"] == 2
     assert all(r["stats"]["reps"] == 6 and r["numerics"]["versus"]["outputs"]["out"]["identical"]
                for r in head["results"])
-
