@@ -11,11 +11,11 @@ TMA producer warp group and consumer warp groups (docs/configs.md, "Warp-special
   and head-dim masks: rows past the sequence and columns past the head dim read as zero and
   are not stored. A descriptor needs a 16-byte aligned base and row strides (mha.launch runs
   attn_fwd for inputs without them);
-- the launch uses 4 warps (the pass acts on nothing else; it adds the producer group itself).
-A 128-row tile gets two consumer groups of 64 rows. With a causal or window band in the loop the
-pass computed the second group's rows wrong in every Triton measured, so for such problems (and
-dropout, which masks per row too) the sm90 guard ws-two-consumer-groups-band-or-dropout makes the
-tile 64 rows: one consumer group.
+- the launch uses 4 warps (the pass acts on nothing else; it adds the producer group itself);
+- row indices are `tl.arange(0, BLOCK_M)` alone, the tile start only in scalars (_fwd_ws_loop).
+A 128-row tile gets two consumer groups of 64 rows. For problems with a causal or window band or
+dropout, the sm90 guard ws-two-consumer-groups-band-or-dropout makes the tile 64 rows: one
+consumer group (docs/configs.md says what the GPU showed).
 """
 import os
 
@@ -48,12 +48,12 @@ def _slice_rows(start, length):
 
 
 @triton.jit
-def _band_mask(s, offs_m, start_n, offs_n0, diff, window_left, window_right,
+def _band_mask(s, rows, m0, start_n, offs_n0, diff, window_left, window_right,
                BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr):
-    """common.visible's band for one key block, with the rows shifted by the block start (once
-    per row) so that the per-element work is against the block's own column offsets."""
+    """common.visible's band for one key block, in tile coordinates: rows and columns count from
+    the tile's and the block's start, whose difference goes into the diagonal's offset (a scalar)."""
     if BOUND_LEFT or BOUND_RIGHT:
-        band = visible((offs_m - start_n)[:, None], offs_n0[None, :], True, diff, window_left, window_right,
+        band = visible(rows[:, None], offs_n0[None, :], True, diff + (m0 - start_n), window_left, window_right,
                        BOUND_LEFT, BOUND_RIGHT)
         s = tl.where(band, s, float("-inf"))
     return s
@@ -61,7 +61,7 @@ def _band_mask(s, offs_m, start_n, offs_n0, diff, window_left, window_right,
 
 @triton.jit
 def _fwd_ws_loop(acc, l_i, m_i, q, q2, k_desc, k2_desc, v_desc,
-                 offs_m, lo, hi, seqlen_k, diff, window_left, window_right, qk_scale,
+                 rows, m0, lo, hi, seqlen_k, diff, window_left, window_right, qk_scale,
                  rng_seed, rng_base, rng_stride, dropout_p,
                  BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
                  HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr,
@@ -72,7 +72,12 @@ def _fwd_ws_loop(acc, l_i, m_i, q, q2, k_desc, k2_desc, v_desc,
     dominance assertion, or "operation destroyed but still has uses"). So the mask is made
     cheap instead: the key bound is an additive bias folded into the scaling multiply (one FMA),
     and only a causal or window band is masked per element (_band_mask).
-    Every branch here is on a constexpr, so the loop body has no if/else."""
+    Every branch here is on a constexpr, so the loop body has no if/else.
+
+    `rows` is `tl.arange(0, BLOCK_M)` and nothing else; the tile start m0 enters only scalars (the
+    band's offset, dropout's counter base). With two consumer groups the pass gives the second
+    group rows 64..127 of that range and, separately, m0 + 64 in place of m0: a row index built
+    as m0 + arange counted the offset twice (docs/configs.md, "Warp-specialized forward")."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         offs_n = start_n + offs_n0
@@ -84,7 +89,7 @@ def _fwd_ws_loop(acc, l_i, m_i, q, q2, k_desc, k2_desc, v_desc,
         # qk_scale holds log2(e) and may be negative: applied before the row max (as attn_fwd).
         key_bias = tl.where(offs_n < seqlen_k, 0.0, float("-inf"))
         s = s * qk_scale + key_bias[None, :]
-        s = _band_mask(s, offs_m, start_n, offs_n0, diff, window_left, window_right, BOUND_LEFT, BOUND_RIGHT)
+        s = _band_mask(s, rows, m0, start_n, offs_n0, diff, window_left, window_right, BOUND_LEFT, BOUND_RIGHT)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         # A row that has seen no visible key yet keeps m = -inf: subtract 0 so exp2 gives 0.
         m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -93,7 +98,8 @@ def _fwd_ws_loop(acc, l_i, m_i, q, q2, k_desc, k2_desc, v_desc,
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if HAS_DROPOUT:
-            keep = dropout_keep(rng_seed, rng_base, offs_m[:, None], offs_n[None, :], rng_stride, dropout_p)
+            keep = dropout_keep(rng_seed, rng_base + m0 * rng_stride, rows[:, None], offs_n[None, :], rng_stride,
+                                dropout_p)
             p = tl.where(keep, p, 0.0)
         v = v_desc.load([start_n, 0])
         acc = tl.dot(p.to(v.dtype), v, acc=acc, input_precision=DOT_PRECISION)
@@ -122,7 +128,6 @@ def attn_fwd_ws(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
                                                                   CuSeqlensK, seqlen_q, seqlen_k, IS_VARLEN)
     m0 = block_m * BLOCK_M
     diff = seqlen_k - seqlen_q
-    offs_m = m0 + tl.arange(0, BLOCK_M)
     q_row0, q_rows = _slice_rows(q_start, seqlen_q)
     k_row0, k_rows = _slice_rows(k_start, seqlen_k)
     Q_head = Q + slice_offset(b, q_row0, h, stride_qb, stride_qs, stride_qh)
@@ -153,8 +158,8 @@ def attn_fwd_ws(Q, K, V, Sink, Out, Lse, CuSeqlensQ, CuSeqlensK,
     # A tile past its sequence (varlen: the grid is sized by the longest) loops over no key:
     # a select, where attn_fwd returns early (a branch the pass does not take).
     hi = tl.where(m0 < seqlen_q, hi, lo)
-    acc, l_i, m_i = _fwd_ws_loop(acc, l_i, m_i, q, q2, k_desc, k2_desc, v_desc, offs_m, lo, hi, seqlen_k, diff,
-                                 window_left, window_right, qk_scale, rng_seed + bh, rng_offset, rng_stride,
+    acc, l_i, m_i = _fwd_ws_loop(acc, l_i, m_i, q, q2, k_desc, k2_desc, v_desc, tl.arange(0, BLOCK_M), m0, lo, hi,
+                                 seqlen_k, diff, window_left, window_right, qk_scale, rng_seed + bh, rng_offset, rng_stride,
                                  dropout_p, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, BLOCK_N, BLOCK_DQK, BLOCK_DQK2,
                                  DOT_PRECISION, WARP_SPECIALIZE)
     if HAS_DROPOUT:
