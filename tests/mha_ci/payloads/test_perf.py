@@ -1,10 +1,12 @@
 """The GPU payload's logic without a GPU: imports, shape selection, timing loop, planted slowdown,
 and (where torch is importable) a whole run on the CPU with torch SDPA as the kernel."""
+import gc
 import json
 import os
 import statistics
 import subprocess
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -93,6 +95,32 @@ def test_relayout_gives_every_rep_after_the_first_a_fresh_call_and_warms_it():
     for rep in (1, 2, 3):
         assert ran.count(rep) == payload.RELAYOUT_WARMUP + 10
 
+
+
+def test_relayout_makes_the_next_inputs_after_the_last_ones_are_let_go():
+    """An H200 refresh ran out of memory on dense_b64_hq128_hk128_sq1_sk8192_dqk192_dv128_c1 (40 GiB
+    of inputs, 48 GiB more while one is made in float32): the measure held the last rep's call,
+    and with it its inputs, while relayout made the next."""
+    class Call:
+        def __call__(self):
+            pass
+
+    last = []
+    alive_when_relayout_ran = []
+
+    def fresh():
+        call = Call()
+        last[:] = [weakref.ref(call)]
+        return call
+
+    def relayout(rep):
+        gc.collect()
+        alive_when_relayout_ran.append(last[0]() is not None)
+        return fresh()
+
+    method = Method(warmup=1, dispatches=10, reps=3, max_seconds_per_shape=10.0, min_dispatches=10, relayout=True)
+    payload.measure_shape(_NoTorch(), payload.WallTimer(), fresh(), method, 0.0, relayout=relayout)
+    assert alive_when_relayout_ran == [False, False]
 
 def test_pads_are_seeded_varied_and_whole_grains():
     pads = [payload.pad_bytes(1234, 7, rep) for rep in range(1, 6)]
