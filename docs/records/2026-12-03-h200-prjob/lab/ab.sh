@@ -9,6 +9,8 @@
 #   refresh the nightly refresh job of the toolchain (mha-ci run --job refresh-sm90-<tc>); its
 #          baseline commit comes back as refresh-<V>.patch
 #   repro  .lab/wsrepro.py, the warp-specialization reproducer of issue 39 (its output: wsrepro-<V>.txt)
+#   ws39   issue 39: .lab/ws39.patch applied (the guard ws-two-consumer-groups-band-or-dropout removed): the
+#          reproducer with the workaround, mha.bench --sweep --pass forward-ws, and mha.bench
 #   pl3    the same with MHA_PERF_PLANT_SLOWDOWN=3 on the candidate side (the payload's spin plant)
 # A step starts only when DEADLINE (s after start) leaves it its expected time (EXPECT_<step>).
 V=$1; TC=triton-$V; ROOT=$PWD; B=.b${V/./}; T0=$(date +%s); L=$OUT/log.txt
@@ -48,6 +50,10 @@ PY
          git branch --list | tee -a $L
          for b in $(git for-each-ref --format='%(refname:short)' refs/heads/baseline-refresh); do git format-patch -1 "$b" --stdout > $OUT/refresh-$V.patch; done
          (cd /tmp/r/refresh && find . -name '*.json' -path '*refresh*' | head -20 | tar czf $OUT/refresh-out-$V.tgz -T - 2>/dev/null) ;;
+  ws39)  mkdir -p /tmp/r; git apply $ROOT/.lab/ws39.patch || exit 9
+         git diff --stat | tail -1 | tee -a $L
+         TAIL=60 step ws39 $left bash -c "python3 -m mha.bench --sweep --pass forward-ws --out /tmp/r/sweep39-$V.md; python3 -m mha.bench --out /tmp/r/bench39-$V.md; python3 $ROOT/.lab/wsrepro.py > /tmp/r/wsrepro39-$V.txt 2>&1; tail -1 /tmp/r/wsrepro39-$V.txt"
+         cp /tmp/r/*39-$V.* $OUT/ 2>/dev/null; git checkout -q . ;;
   repro) TAIL=3 step repro $left python3 $ROOT/.lab/wsrepro.py; cp /tmp/repro.log $OUT/wsrepro-$V.txt ;;
   layout) TAIL=14 step layout $left bash -c "python3 $ROOT/.lab/layout.py p1 $LKEYS; python3 $ROOT/.lab/layout.py p2 $LKEYS" ;;
   aa)    step aa$n $left $M --against HEAD --out /tmp/r/aa$n ;;
