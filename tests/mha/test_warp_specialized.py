@@ -1,10 +1,17 @@
 """The warp-specialized forward (mha.kernels.forward_ws), chosen by the config key
 `warp_specialize`: its selection, its guard, its launch checks, and its results against the
-float64 reference. On the CPU the interpreter runs it (tensor descriptors included; the
-warp-specialization pass itself only runs in a GPU compile, see
-docs/records/2026-12-01-ws-forward-prep). Shapes stay small: a few seconds per case.
+float64 reference. On the CPU the interpreter runs it (tensor descriptors included); the
+warp-specialization pass itself only runs in a compile, so what it makes of a tile's rows is read
+from an sm90 compile without a GPU (sm90_ttgir.py, in a process without the interpreter). Shapes
+stay small: a few seconds per case.
 """
 import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -188,3 +195,56 @@ def test_a_guard_on_band_or_dropout_must_say_true_or_false():
     assert guards.applies_to_problem(guard, 64, 64, "fp16", True)
     assert not guards.applies_to_problem(guard, 64, 64, "fp16", False)
     assert guards.applies_to_problem(guard, 64, 64, "fp16")     # not known: counts as met
+
+
+# --- what the Hopper pass makes of the tile's rows (an sm90 compile, no GPU needed) -----------------
+# BLOCK_M 128 given again after the guard ws-two-consumer-groups-band-or-dropout narrowed it: the
+# question is what two consumer groups of a 128-row tile compute.
+TWO_GROUPS = {"warp_specialize": True, "num_warps": 4, "num_stages": 2, "BLOCK_M": 128, "BLOCK_N": 128}
+
+
+@pytest.fixture(scope="module")
+def two_group_ttgir() -> dict:
+    wanted = {"causal": [{"causal": True}, TWO_GROUPS, 128], "dropout": [{"dropout": True}, TWO_GROUPS, 128]}
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="mha-test-ttgir-")
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("sm90_ttgir.py")), json.dumps(wanted)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def _consumer_rows(ttgir: str) -> list[tuple[tuple[int, int], list[str]]]:
+    """Per consumer partition (one with MMAs): its row range (the make_range of the rows' layout)
+    and the tensor types that a scalar shifted by 64 (the pass's second-group tile start) reaches
+    through scalar arithmetic and a splat."""
+    parts = re.split(r"\n\s+partition\d+\(", ttgir)[1:]
+    out = []
+    for body in parts:
+        if "warp_group_dot" not in body:
+            continue                                  # the producer: loads only
+        ranges = re.findall(r"tt.make_range \{[^}]*end = (\d+) : i32, start = (\d+) : i32\} : "
+                            r"tensor<\d+xi32, #ttg.slice<\{dim = 1", body)
+        shifted = set(re.findall(r"(%\w+) = arith.addi %\w+, %c64_i32\w* [^\n]*: i32", body))
+        grew = True
+        while grew:                                   # scalars computed from a shifted one
+            grew = False
+            for res, operands in re.findall(r"(%\w+) = arith.\w+ ([^{:\n]*)[^\n]*: i32(?: loc\([^)]*\))?\n", body):
+                if res not in shifted and shifted & set(re.findall(r"%\w+", operands)):
+                    shifted.add(res)
+                    grew = True
+        reached = [ty.split(" loc(")[0] for src, ty in re.findall(r"= tt.splat (%\w+) [^\n]*-> (tensor<[^\n]*)", body)
+                   if src in shifted]
+        out.append(((int(ranges[0][1]), int(ranges[0][0])), reached))
+    return out
+
+
+@pytest.mark.parametrize("problem", ["causal", "dropout"])
+def test_the_second_consumer_group_offsets_its_rows_once(two_group_ttgir, problem):
+    """With two consumer groups the pass gives the second group m0 + 64 for the tile start and
+    the rows [64, 128) of tl.arange: a row index built from both counted 64 twice (wrong rows on
+    the H200, docs/records/2026-12-03-ws-rows-ttgir). attn_fwd_ws keeps row indices tl.arange
+    alone; this holds it to that, in the TTGIR of both pinned Tritons."""
+    groups = _consumer_rows(two_group_ttgir[problem])
+    assert [rows for rows, _ in groups] == [(0, 64), (64, 128)]
+    assert [reached for _, reached in groups] == [[], []]
