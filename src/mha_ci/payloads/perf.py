@@ -542,6 +542,9 @@ def _precompile(args, shapes_doc, entries) -> None:
     done = perf_precompile.precompile(str(out_path(args.shapes)), [where[id(e)] for e in entries],
                                       args.precompile_workers, args.kernel, args.device)
     note = f"; {len(done['failed'])} worker(s) failed: {done['failed'][0]}" if done["failed"] else ""
+    if done["left_out"]:
+        note += (f"; {len(done['left_out'])} shape(s) left to the timing process for memory: "
+                 f"{', '.join(done['left_out'][:3])}{' ...' if len(done['left_out']) > 3 else ''}")
     print(f"perf payload: precompiled {done['shapes']} shapes on {done['workers']} processes in "
           f"{done['seconds']} s{note}", file=sys.stderr)
 

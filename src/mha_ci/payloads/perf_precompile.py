@@ -24,6 +24,9 @@ import time
 
 # A worker that takes longer is stopped; the timing process compiles what is left itself.
 WORKER_TIMEOUT_S = 600.0
+# A worker's note about one shape on stderr: NOTE + key + what happened.
+NOTE = "precompile: "
+LEFT_FOR_MEMORY = ": left to the timing process (memory)"
 
 
 def shares(count: int, workers: int) -> list[list[int]]:
@@ -70,7 +73,7 @@ def precompile(shapes_path: str, indices: list[int], workers: int, kernel: str, 
         cmd = [sys.executable, "-m", "mha_ci.payloads.perf_precompile", "--shapes", shapes_path,
                "--indices", ",".join(map(str, part)), "--kernel", kernel, "--device", device]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-    failed = []
+    failed, left_out = [], []
     for proc in procs:
         left = max(1.0, timeout_s - (time.monotonic() - start))
         try:
@@ -80,10 +83,17 @@ def precompile(shapes_path: str, indices: list[int], workers: int, kernel: str, 
             proc.communicate()
             failed.append(f"a worker ran past {timeout_s:.0f} s and was stopped")
             continue
+        left_out += shapes_left_out(err or "")
         if proc.returncode != 0:
             failed.append(f"a worker exited {proc.returncode}: {(err or '').strip().splitlines()[-1:]}")
     return {"shapes": len(indices), "workers": len(procs), "seconds": round(time.monotonic() - start, 1),
-            "failed": failed}
+            "failed": failed, "left_out": sorted(left_out)}
+
+
+def shapes_left_out(worker_stderr: str) -> list[str]:
+    """The keys of the shapes a worker left to the timing process for memory (its stderr notes)."""
+    return [line[len(NOTE):-len(LEFT_FOR_MEMORY)] for line in worker_stderr.splitlines()
+            if line.startswith(NOTE) and line.endswith(LEFT_FOR_MEMORY)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         for index in (int(i) for i in args.indices.split(",") if i):
             shape = shapes[index]["shape"]
             if args.device == "cuda" and not fits(shape, torch.cuda.mem_get_info()[0]):
-                print(f"precompile: {shapes[index]['key']}: left to the timing process (memory)", file=sys.stderr)
+                print(f"{NOTE}{shapes[index]['key']}{LEFT_FOR_MEMORY}", file=sys.stderr)
                 continue
             try:
                 inputs = perf.make_inputs(torch, shape, args.device, index)
@@ -114,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                     torch.cuda.synchronize()
             except Exception as exc:  # noqa: BLE001 - the timing process records each shape's error
                 failures += 1
-                print(f"precompile: {shapes[index]['key']}: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
+                print(f"{NOTE}{shapes[index]['key']}: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
             finally:
                 inputs = {}
                 if args.device == "cuda":

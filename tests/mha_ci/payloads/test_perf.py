@@ -204,8 +204,19 @@ def test_a_failing_precompile_worker_is_reported_not_raised(tmp_path, monkeypatc
     monkeypatch.setenv("PYTHONPATH", str(SRC))
     done = pre.precompile(str(tmp_path / "missing.json"), [0, 1, 2], 2, "sdpa", "cpu", timeout_s=120)
     assert done["shapes"] == 3 and done["workers"] == 2 and len(done["failed"]) == 2
-    assert all("exited" in why for why in done["failed"])
+    assert all("exited" in why for why in done["failed"]) and done["left_out"] == []
 
+
+
+def test_shapes_a_worker_left_for_memory_are_reported():
+    """A worker that leaves shapes to the timing process exits 0; the run still says which."""
+    from mha_ci.payloads import perf_precompile as pre
+
+    err = (f"{pre.NOTE}dense_b64_hq128_hk128_sq1_sk8192_dqk192_dv128_c1{pre.LEFT_FOR_MEMORY}\n"
+           f"{pre.NOTE}dense_b1_hq8_hk8_sq128_sk128_dqk64_dv64_c0: OutOfMemoryError: CUDA out of memory\n"
+           "a warning from somewhere else\n")
+    assert pre.shapes_left_out(err) == ["dense_b64_hq128_hk128_sq1_sk8192_dqk192_dv128_c1"]
+    assert pre.shapes_left_out("") == []
 
 def test_precompile_leaves_a_shape_too_big_for_the_free_memory_to_the_timing_process():
     from mha_ci.payloads import perf_precompile as pre
