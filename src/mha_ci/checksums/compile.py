@@ -237,23 +237,29 @@ def binary_name(target: CompileTarget) -> str:
     return "cubin" if target.backend == "cuda" else "hsaco"
 
 
+def compile_kernel(task: CompileTask):
+    """Triton's CompiledKernel of one task (its `asm` holds every stage: ttir, ttgir, ..., the
+    binary); raises what the compile raises, SharedMemoryOverLimit included."""
+    import triton  # toolchain only (absent where mha-ci orchestrates)
+    from triton.compiler import ASTSource  # toolchain only (absent where mha-ci orchestrates)
+
+    fn = importlib.import_module(task.module)
+    for part in task.qualname.split("."):
+        fn = getattr(fn, part)
+    backend = backend_class(task.target)
+    names = list(fn.arg_names)
+    attrs = {(names.index(arg),): backend.parse_attr(desc) for arg, desc in task.attr_descs}
+    source = ASTSource(fn, dict(task.signature), dict(task.constexprs), attrs)
+    with shared_memory_gate(backend, task.shared_limit):
+        return triton.compile(source, target=_gpu_target(task.target),
+                              options={"num_warps": task.num_warps, "num_stages": task.num_stages})
+
+
 def compile_task(task: CompileTask, keep_binary: Path | None = None) -> CompileResult:
     """One compile; errors become a result with `error` set (the caller reports them all)."""
     started = time.monotonic()
     try:
-        import triton  # toolchain only (absent where mha-ci orchestrates)
-        from triton.compiler import ASTSource  # toolchain only (absent where mha-ci orchestrates)
-
-        fn = importlib.import_module(task.module)
-        for part in task.qualname.split("."):
-            fn = getattr(fn, part)
-        backend = backend_class(task.target)
-        names = list(fn.arg_names)
-        attrs = {(names.index(arg),): backend.parse_attr(desc) for arg, desc in task.attr_descs}
-        source = ASTSource(fn, dict(task.signature), dict(task.constexprs), attrs)
-        with shared_memory_gate(backend, task.shared_limit):
-            kernel = triton.compile(source, target=_gpu_target(task.target),
-                                    options={"num_warps": task.num_warps, "num_stages": task.num_stages})
+        kernel = compile_kernel(task)
         blob = kernel.asm[binary_name(task.target)]
         if keep_binary is not None:
             keep_binary.write_bytes(blob)

@@ -78,6 +78,7 @@ def test_a_planted_shape_keeps_its_spin_when_the_fixed_cost_exceeds_the_plant():
     assert timer.planted[0] == 0.0                                  # the unplanted pilot rep
     assert timer.planted[1:] == [payload.MIN_PLANT_US] * 2 and payload.MIN_PLANT_US > 0
 
+
 def test_relayout_gives_every_rep_after_the_first_a_fresh_call_and_warms_it():
     made, ran = [], []
 
@@ -94,7 +95,6 @@ def test_relayout_gives_every_rep_after_the_first_a_fresh_call_and_warms_it():
     # each fresh call runs its untimed warm-up, then its rep of 10 timed dispatches
     for rep in (1, 2, 3):
         assert ran.count(rep) == payload.RELAYOUT_WARMUP + 10
-
 
 
 def test_relayout_makes_the_next_inputs_after_the_last_ones_are_let_go():
@@ -121,6 +121,7 @@ def test_relayout_makes_the_next_inputs_after_the_last_ones_are_let_go():
     method = Method(warmup=1, dispatches=10, reps=3, max_seconds_per_shape=10.0, min_dispatches=10, relayout=True)
     payload.measure_shape(_NoTorch(), payload.WallTimer(), fresh(), method, 0.0, relayout=relayout)
     assert alive_when_relayout_ran == [False, False]
+
 
 def test_pads_are_seeded_varied_and_whole_grains():
     pads = [payload.pad_bytes(1234, 7, rep) for rep in range(1, 6)]
@@ -207,7 +208,6 @@ def test_a_failing_precompile_worker_is_reported_not_raised(tmp_path, monkeypatc
     assert all("exited" in why for why in done["failed"]) and done["left_out"] == []
 
 
-
 def test_shapes_a_worker_left_for_memory_are_reported():
     """A worker that leaves shapes to the timing process exits 0; the run still says which."""
     from mha_ci.payloads import perf_precompile as pre
@@ -217,6 +217,7 @@ def test_shapes_a_worker_left_for_memory_are_reported():
            "a warning from somewhere else\n")
     assert pre.shapes_left_out(err) == ["dense_b64_hq128_hk128_sq1_sk8192_dqk192_dv128_c1"]
     assert pre.shapes_left_out("") == []
+
 
 def test_precompile_leaves_a_shape_too_big_for_the_free_memory_to_the_timing_process():
     from mha_ci.payloads import perf_precompile as pre

@@ -4,8 +4,10 @@ made of the tile's rows in each consumer partition.
 
     PYTHONPATH=src <toolchain python> docs/records/2026-12-03-ws-rows-ttgir/lab/ttgir.py FORM [OUT.ttgir]
 
-FORM: row-offsets (lab/ws_row_offsets.py: rows = m0 + tl.arange), tile-rows (mha.kernels.forward_ws
-at 3e2300f: rows = tl.arange, m0 in scalars), halves-one-loop, halves-two-loops (lab/ws_halves.py).
+FORM: row-offsets (ws_row_offsets: mha.kernels.forward_ws at 327212a, rows = m0 + tl.arange),
+tile-rows (ws_tile_rows: the same at 3e2300f, rows = tl.arange, m0 in scalars), halves-one-loop,
+halves-two-loops (lab/ws_halves.py). lab/run.sh takes the first two from git and puts them on
+PYTHONPATH.
 """
 import dataclasses
 import importlib
@@ -19,16 +21,15 @@ os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
 sys.path.insert(0, os.path.dirname(__file__))
 
 import triton  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
 
 from mha import launch  # noqa: E402
-from mha_ci.checksums.compile import CompileTarget, _gpu_target, backend_class  # noqa: E402
+from mha_ci.checksums.compile import CompileTarget, compile_kernel  # noqa: E402
 from mha_ci.checksums.resources import code_object_resources  # noqa: E402
 from mha_ci.checksums.variants import task_for_spec  # noqa: E402
 
 FORMS = {  # module, function, extra constexprs
     "row-offsets": ("ws_row_offsets", "attn_fwd_ws", {}),
-    "tile-rows": ("mha.kernels.forward_ws", "attn_fwd_ws", {}),
+    "tile-rows": ("ws_tile_rows", "attn_fwd_ws", {}),
     "halves-one-loop": ("ws_halves", "attn_fwd_dp", {"TWO_LOOPS": False}),
     "halves-two-loops": ("ws_halves", "attn_fwd_dp", {"TWO_LOOPS": True}),
 }
@@ -45,13 +46,9 @@ def main(form: str, out: str | None) -> int:
     spec = dataclasses.replace(spec, fn=fn, constexprs=cx, signature=launch._ordered(fn, launch._fwd_signature("*bf16"), cx))
     target = CompileTarget("cuda", 90, 32)
     task = task_for_spec(launch, spec, form, target)
-    backend = backend_class(target)
-    names = list(fn.arg_names)
-    attrs = {(names.index(a),): backend.parse_attr(d) for a, d in task.attr_descs}
-    source = ASTSource(fn, dict(task.signature), dict(task.constexprs), attrs)
     print(f"{form}: triton {triton.__version__}, sm90, bf16 causal d128, BLOCK_M 128, BLOCK_N 128, 4 warps, 2 stages")
     try:
-        kernel = triton.compile(source, target=_gpu_target(target), options={"num_warps": 4, "num_stages": 2})
+        kernel = compile_kernel(task)
     except Exception as exc:  # noqa: BLE001 - the failure is the finding
         print(f"  compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
         return 0
