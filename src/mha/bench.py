@@ -1,6 +1,6 @@
 """Benchmark: TFLOP/s of mha vs torch SDPA (cuDNN and flash backends), bf16, forward and backward.
 
-    python -m mha.bench [--out FILE] [--sweep [--pass forward|forward-ws|backward]]
+    python -m mha.bench [--out FILE] [--shape KEY ...] [--sweep [--pass forward|forward-ws|backward|backward-small-head]]
 
 All columns come from one run on one GPU, so the ratios compare like with like. Times are
 medians of triton.testing.do_bench. FLOPs: forward 2*B*Hq*Sq*Sk*(Dqk+Dv), halved for causal
@@ -37,7 +37,13 @@ BWD_SWEEP = [dict(BLOCK_M1=m1, BLOCK_N1=n1, BLOCK_M2=m2, BLOCK_N2=n2, num_warps=
              for m1, n1, m2, n2, w, s in [(32, 128, 128, 32, 4, 3), (32, 128, 128, 32, 8, 3),
                                           (64, 128, 128, 64, 8, 2), (64, 64, 64, 64, 4, 3),
                                           (32, 64, 64, 32, 4, 3)]]
+# Smaller tiles for the small_head bucket (d <= 64), whose backward trails cuDNN most under 3.4.
+BWD_SMALL_HEAD_SWEEP = [dict(BLOCK_M1=m1, BLOCK_N1=n1, BLOCK_M2=m2, BLOCK_N2=n2, num_warps=w, num_stages=s)
+                        for m1, n1, m2, n2, w, s in [(32, 128, 128, 32, 4, 2), (64, 128, 128, 64, 4, 2),
+                                                     (64, 128, 128, 64, 8, 3), (32, 64, 64, 64, 4, 3),
+                                                     (64, 64, 128, 64, 4, 3), (16, 64, 64, 32, 4, 4)]]
 SWEEPS["backward"] = BWD_SWEEP
+SWEEPS["backward-small-head"] = BWD_SMALL_HEAD_SWEEP
 
 
 def flops(shape, backward: bool) -> float:
@@ -146,14 +152,25 @@ def _tflops(make, shape, backward, verify=None):
     return flops(shape, backward) / (ms * 1e-3) / 1e12
 
 
-def table() -> str:
+def chosen_shapes(keys: list[str] | None) -> list:
+    """SHAPES, or those named by `keys` (mha.bench.key), in the order given."""
+    if not keys:
+        return SHAPES
+    by_key = {key(s): s for s in SHAPES}
+    unknown = [k for k in keys if k not in by_key]
+    if unknown:
+        raise ValueError(f"unknown shape(s) {', '.join(unknown)}; known: {', '.join(by_key)}")
+    return [by_key[k] for k in keys]
+
+
+def table(shapes=SHAPES) -> str:
     from torch.nn.attention import SDPBackend
 
     rows = ["| shape | pass | mha TFLOP/s | cuDNN TFLOP/s | flash TFLOP/s | mha/cuDNN | mha/flash |",
             "|---|---|---|---|---|---|---|"]
     fmt = lambda x: "n/a" if x is None else x if isinstance(x, str) else f"{x:.0f}"
     ratio = lambda a, b: "n/a" if not isinstance(a, float) or b is None else f"{a / b:.2f}"
-    for shape in SHAPES:
+    for shape in shapes:
         for backward in (False, True):
             ours = _tflops(lambda: _ours(shape, backward), shape, backward, lambda: check(shape, backward))
             cudnn = _tflops(lambda: _sdpa(shape, backward, SDPBackend.CUDNN_ATTENTION), shape, backward)
@@ -164,11 +181,11 @@ def table() -> str:
     return "\n".join(rows)
 
 
-def sweep(passes=("forward", "backward")) -> str:
+def sweep(passes=("forward", "backward"), shapes=SHAPES) -> str:
     """Per-config TFLOP/s of mha alone (to choose the sm90 JSON values)."""
     rows = ["| shape | pass | config | TFLOP/s |", "|---|---|---|---|"]
-    chosen = [(p == "backward", SWEEPS[p]) for p in passes]
-    for shape in SHAPES:
+    chosen = [(p.startswith("backward"), SWEEPS[p]) for p in passes]
+    for shape in shapes:
         for backward, cands in chosen:
             for cfg in cands:
                 override = {"backward" if backward else "forward": cfg}
@@ -186,10 +203,16 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", action="store_true", help="time candidate configs of each pass instead")
     ap.add_argument("--pass", dest="passes", choices=sorted(SWEEPS), action="append",
                     help="with --sweep: only these candidates (repeatable; default forward and backward; "
-                         "forward-ws: the warp-specialized forward ones)")
+                         "forward-ws: the warp-specialized forward ones; backward-small-head: smaller tiles)")
+    ap.add_argument("--shape", dest="shapes", action="append", metavar="KEY",
+                    help="only this shape (repeatable), named as in the table, e.g. b8_hq48_hk8_s2048_dqk64_dv64_c1")
     args = ap.parse_args(argv)
     if args.passes and not args.sweep:
         ap.error("--pass goes with --sweep")
+    try:
+        shapes = chosen_shapes(args.shapes)
+    except ValueError as e:
+        ap.error(str(e))
     if not torch.cuda.is_available():
         print("mha.bench needs a CUDA GPU", file=sys.stderr)
         return 3
@@ -197,7 +220,7 @@ def main(argv=None) -> int:
 
     header = (f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
               "bf16, TFLOP/s from do_bench medians\n\n")
-    text = header + (sweep(tuple(args.passes or ("forward", "backward"))) if args.sweep else table()) + "\n"
+    text = header + (sweep(tuple(args.passes or ("forward", "backward")), shapes) if args.sweep else table(shapes)) + "\n"
     print(text)
     if args.out:
         with open(args.out, "w") as f:

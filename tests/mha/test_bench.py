@@ -38,3 +38,11 @@ def test_a_wrong_config_is_not_timed(device, monkeypatch):
     monkeypatch.setattr(bench, "_time", lambda fn: timed.append(fn) or 1.0)
     assert bench._tflops(lambda: None, SHAPE, False, lambda: bench.check(SHAPE, False)) == "wrong"
     assert not timed
+
+
+def test_shapes_are_chosen_by_key_and_an_unknown_key_is_refused():
+    small = bench.key(bench.SHAPES[1])
+    assert bench.chosen_shapes([small]) == [bench.SHAPES[1]]
+    assert bench.chosen_shapes(None) == bench.SHAPES
+    with pytest.raises(ValueError, match="unknown shape.*b9_nope"):
+        bench.chosen_shapes([small, "b9_nope"])
