@@ -8,6 +8,10 @@
 #   prclean the perf job of the PR pipeline on the clean tree (its wall time; an A/A)
 #   refresh the nightly refresh job of the toolchain (mha-ci run --job refresh-sm90-<tc>); its
 #          baseline commit comes back as refresh-<V>.patch
+#   cfg    perf measure --against HEAD of the full set's small_head backward shapes with that bucket's
+#          tiles set to 32/64/64/64, 4 warps, 3 stages in the working tree (issue 39)
+#   bwdsweep mha.bench --sweep of the backward candidates on the small-head bench shape (issue 39)
+#   bench  mha.bench (the four bench shapes against cuDNN)
 #   repro  .lab/wsrepro.py, the warp-specialization reproducer of issue 39 (its output: wsrepro-<V>.txt)
 #   ws39   issue 39: .lab/ws39.patch applied (the guard ws-two-consumer-groups-band-or-dropout removed): the
 #          reproducer with the workaround, mha.bench --sweep --pass forward-ws, and mha.bench
@@ -54,6 +58,18 @@ PY
          git diff --stat | tail -1 | tee -a $L
          TAIL=60 step ws39 $left bash -c "python3 -m mha.bench --sweep --pass forward-ws --out /tmp/r/sweep39-$V.md; python3 -m mha.bench --out /tmp/r/bench39-$V.md; python3 $ROOT/.lab/wsrepro.py > /tmp/r/wsrepro39-$V.txt 2>&1; tail -1 /tmp/r/wsrepro39-$V.txt"
          cp /tmp/r/*39-$V.* $OUT/ 2>/dev/null; git checkout -q . ;;
+  cfg)   python3 - <<'PY'
+import json
+p = "src/mha/configs/sm90-MHA-DEFAULT.json"
+d = json.load(open(p)); d["backward"]["small_head"].update(BLOCK_M1=32, BLOCK_N1=64, BLOCK_M2=64, BLOCK_N2=64, num_warps=4, num_stages=3)
+open(p, "w").write(json.dumps(d, indent=2) + "\n")
+PY
+         git diff --stat | tail -1 | tee -a $L
+         TAIL=30 step cfg $left python3 -m mha_ci perf measure --executor host --pins record --arch sm90 --toolchain $TC --subset full --shape '*_dv64_*_bwd' --shape '*_dv32_*_bwd' --against HEAD --out /tmp/r/cfg
+         git checkout -q . ;;
+  bwdsweep) TAIL=20 step bwdsweep $left python3 -m mha.bench --sweep --pass backward --pass backward-small-head --shape b8_hq48_hk8_s2048_dqk64_dv64_c1 --out /tmp/r/bwdsweep-$V.md
+         cp /tmp/r/bwdsweep-$V.md $OUT/ 2>/dev/null ;;
+  bench) TAIL=10 step bench $left python3 -m mha.bench --out /tmp/r/bench-$V.md; cp /tmp/r/bench-$V.md $OUT/ 2>/dev/null ;;
   repro) TAIL=3 step repro $left python3 $ROOT/.lab/wsrepro.py; cp /tmp/repro.log $OUT/wsrepro-$V.txt ;;
   layout) TAIL=14 step layout $left bash -c "python3 $ROOT/.lab/layout.py p1 $LKEYS; python3 $ROOT/.lab/layout.py p2 $LKEYS" ;;
   aa)    step aa$n $left $M --against HEAD --out /tmp/r/aa$n ;;
