@@ -1,6 +1,6 @@
 """Benchmark: TFLOP/s of mha vs torch SDPA (cuDNN and flash backends), bf16, forward and backward.
 
-    python -m mha.bench [--out FILE] [--shape KEY ...] [--sweep [--pass forward|forward-ws|backward|backward-small-head]]
+    python -m mha.bench [--out FILE] [--shape KEY ...] [--sweep [--pass PASS]]
 
 All columns come from one run on one GPU, so the ratios compare like with like. Times are
 medians of triton.testing.do_bench. FLOPs: forward 2*B*Hq*Sq*Sk*(Dqk+Dv), halved for causal
@@ -42,8 +42,15 @@ BWD_SMALL_HEAD_SWEEP = [dict(BLOCK_M1=m1, BLOCK_N1=n1, BLOCK_M2=m2, BLOCK_N2=n2,
                         for m1, n1, m2, n2, w, s in [(32, 128, 128, 32, 4, 2), (64, 128, 128, 64, 4, 2),
                                                      (64, 128, 128, 64, 8, 3), (32, 64, 64, 64, 4, 3),
                                                      (64, 64, 128, 64, 4, 3), (16, 64, 64, 32, 4, 4)]]
+# The single-pass backward (docs/configs.md): its kernel takes BLOCK_M1/N1 (BLOCK_M2 sizes only the
+# preprocess kernel's rows); bench calls use the API's default, deterministic=False.
+BWD_SINGLE_PASS_SWEEP = [dict(BLOCK_M1=m1, BLOCK_N1=n1, BLOCK_M2=64, BLOCK_N2=64, num_warps=w, num_stages=s,
+                              single_pass=True)
+                         for m1, n1, w, s in [(32, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 3),
+                                              (16, 128, 8, 3)]]
 SWEEPS["backward"] = BWD_SWEEP
 SWEEPS["backward-small-head"] = BWD_SMALL_HEAD_SWEEP
+SWEEPS["backward-single-pass"] = BWD_SINGLE_PASS_SWEEP
 
 
 def flops(shape, backward: bool) -> float:
@@ -203,7 +210,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", action="store_true", help="time candidate configs of each pass instead")
     ap.add_argument("--pass", dest="passes", choices=sorted(SWEEPS), action="append",
                     help="with --sweep: only these candidates (repeatable; default forward and backward; "
-                         "forward-ws: the warp-specialized forward ones; backward-small-head: smaller tiles)")
+                         "forward-ws: the warp-specialized forward ones; backward-small-head: smaller tiles; "
+                         "backward-single-pass: the single-pass backward)")
     ap.add_argument("--shape", dest="shapes", action="append", metavar="KEY",
                     help="only this shape (repeatable), named as in the table, e.g. b8_hq48_hk8_s2048_dqk64_dv64_c1")
     args = ap.parse_args(argv)

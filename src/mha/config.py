@@ -29,9 +29,12 @@ REQUIRED_KEYS = {
 }
 # Keys a bucket may leave out. `warp_specialize` (true/false, absent = false): the forward runs
 # mha.kernels.forward_ws, the variant Triton's Hopper warp-specialization pass acts on (sm90,
-# num_warps 4; docs/configs.md). A boolean, the only key that is not an integer.
-OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {"forward": ("warp_specialize",), "backward": ()}
-BOOLEAN_KEYS = ("warp_specialize",)
+# num_warps 4; docs/configs.md). `single_pass` (true/false, absent = false): a backward whose
+# caller allows nondeterminism (deterministic=False) runs mha.kernels.backward.attn_bwd_dkdv_dq,
+# one kernel that also adds dQ into a float32 buffer with atomics, BLOCK_M1/BLOCK_N1 its tiles.
+# The booleans are the only keys that are not integers.
+OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {"forward": ("warp_specialize",), "backward": ("single_pass",)}
+BOOLEAN_KEYS = ("warp_specialize", "single_pass")
 # A forward bucket may also hold `unmasked`: a whole forward config (the keys above) used instead
 # of the bucket's own for problems without a causal or sliding-window band, whose key blocks
 # need no mask. The warp-specialized forward runs one loop and so masks every block; it pays
@@ -244,7 +247,7 @@ def check_override(override, arch: str) -> dict[str, dict]:
     Two forms: flat keys of either pass (num_warps and num_stages then set both), or per-pass
     sections {"forward": {...}, "backward": {...}}, not both at once (a pass with a section would
     ignore the flat keys). Every key must be one of its pass (`unmasked` is a config-file key
-    only), every value an int within the limits above (`warp_specialize` a bool). Anything else
+    only), every value an int within the limits above (`warp_specialize`, `single_pass` bools). Anything else
     raises ConfigOverrideError, or ConfigOverrideTypeError for a wrong type, naming the key.
     """
     if not isinstance(override, Mapping):

@@ -10,7 +10,7 @@ from .dropout import draw_seed
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, sink, cu_q, cu_k, geo, scale, causal, window, dropout_p, config):
+    def forward(ctx, q, k, v, sink, cu_q, cu_k, geo, scale, causal, window, dropout_p, config, deterministic):
         problem = launch.Problem(dtype=launch.DTYPE_NAMES[q.dtype], dqk=q.shape[-1], dv=v.shape[-1],
                                  causal=causal, window=window, has_sink=sink is not None,
                                  dropout=dropout_p > 0, varlen=geo.varlen)
@@ -23,8 +23,8 @@ class _FlashAttention(torch.autograd.Function):
         out, lse = launch.forward(specs["fwd"], geo, q, k, v, sink, cu_q, cu_k, scale, kernel_window,
                                   dropout_p, rng)
         ctx.save_for_backward(q, k, v, out, lse, sink, cu_q, cu_k)
-        ctx.specs, ctx.geo, ctx.scale, ctx.window, ctx.dropout_p, ctx.rng = (
-            specs, geo, scale, kernel_window, dropout_p, rng)
+        ctx.specs, ctx.geo, ctx.scale, ctx.window, ctx.dropout_p, ctx.rng, ctx.deterministic = (
+            specs, geo, scale, kernel_window, dropout_p, rng, deterministic)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -42,7 +42,7 @@ class _FlashAttention(torch.autograd.Function):
         if dout.stride(-1) != 1 or validation.slice_max_offset(dout, ctx.geo.seqlen_q) > validation.INT32_MAX:
             dout = dout.contiguous()
         dq, dk, dv, delta = launch.backward(ctx.specs, ctx.geo, q, k, v, out, dout, lse, cu_q, cu_k,
-                                            ctx.scale, ctx.window, ctx.dropout_p, ctx.rng)
+                                            ctx.scale, ctx.window, ctx.dropout_p, ctx.rng, ctx.deterministic)
         dsink = None
         if sink is not None and ctx.needs_input_grad[3]:
             # The sink has a zero value row, so dS_sink = -P_sink * delta, summed over rows.
@@ -50,7 +50,7 @@ class _FlashAttention(torch.autograd.Function):
                 dsink = -(torch.exp(sink[:, None] - lse) * delta).sum(dim=1)
             else:
                 dsink = -(torch.exp(sink[None, :, None] - lse) * delta).sum(dim=(0, 2))
-        return dq, dk, dv, dsink, None, None, None, None, None, None, None, None
+        return dq, dk, dv, dsink, None, None, None, None, None, None, None, None, None
 
 
 def _common_checks(q, k, v, dropout_p, softmax_scale, causal, window_size, sink, return_lse, varlen):
@@ -68,7 +68,7 @@ def _common_checks(q, k, v, dropout_p, softmax_scale, causal, window_size, sink,
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                    sink=None, return_lse=False, config=None):
+                    sink=None, return_lse=False, config=None, deterministic=False):
     """Attention of q (B, Sq, Hq, Dqk), k (B, Sk, Hk, Dqk), v (B, Sk, Hk, Dv) -> (B, Sq, Hq, Dv).
 
     causal and windows are bottom-right aligned (query i sits at key i + Sk - Sq). A query row
@@ -79,7 +79,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     Arguments are checked, never coerced: window_size takes ints (a side at least as long as the
     keys (left) or the queries (right) excludes none, however large), causal and return_lse bools,
     dropout_p and softmax_scale numbers (softmax_scale finite); anything else raises a ValueError
-    or TypeError (mha.validation) before a launch. sink (Hq,) holds finite logits, float32 or in
+    or TypeError (mha.validation) before a launch. deterministic (flash-attn's flag): True keeps
+    the backward bitwise reproducible; False (the default) lets a config with `single_pass` add
+    dQ in atomics, in no fixed order (docs/configs.md). sink (Hq,) holds finite logits, float32 or in
     the inputs' dtype (bf16 checkpoints store it so); the latter is upcast to float32, and its
     gradient comes back in its own dtype. bf16 is refused under the Triton interpreter, whose bf16
     dot is wrong. config overrides the kernel config of the call (docs/configs.md, "Overrides";
@@ -94,13 +96,14 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     validation.check_has_data(q=q, k=k, v=v, sink=sink)
     geo = launch.Geometry(batch=b, seqlen_q=sq, seqlen_k=k.shape[1], heads_q=hq, heads_k=k.shape[2], varlen=False,
                           rows_q=b * sq, rows_k=b * k.shape[1])
-    out, lse = _FlashAttention.apply(q, k, v, sink, None, None, geo, scale, causal, window, p, config)
+    out, lse = _FlashAttention.apply(q, k, v, sink, None, None, geo, scale, causal, window, p, config,
+                                     validation.check_flag(deterministic, "deterministic"))
     return (out, lse) if return_lse else out
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), sink=None,
-                           return_lse=False, config=None):
+                           return_lse=False, config=None, deterministic=False):
     """Packed variant: q (total_q, Hq, Dqk), k/v (total_k, Hk, D), cu_seqlens int32 (batch + 1).
 
     Same semantics and argument checks per sequence as flash_attn_func (max_seqlen_* are ints);
@@ -117,5 +120,5 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     geo = launch.Geometry(batch=cu_seqlens_q.shape[0] - 1, seqlen_q=longest_q, seqlen_k=longest_k,
                           heads_q=q.shape[1], heads_k=k.shape[1], varlen=True, rows_q=q.shape[0], rows_k=k.shape[0])
     out, lse = _FlashAttention.apply(q, k, v, sink, cu_seqlens_q, cu_seqlens_k, geo, scale, causal, window,
-                                     p, config)
+                                     p, config, validation.check_flag(deterministic, "deterministic"))
     return (out, lse) if return_lse else out

@@ -35,12 +35,13 @@ import triton
 
 from . import config as config_mod
 from .kernels import backward as bwd_kernels
-from .kernels.backward import attn_bwd_dkdv, attn_bwd_dq, attn_bwd_preprocess
+from .kernels.backward import attn_bwd_dkdv, attn_bwd_dkdv_dq, attn_bwd_dq, attn_bwd_preprocess
 from .kernels.forward import FWD_DO_NOT_SPECIALIZE, attn_fwd
 from .kernels.forward_ws import LSE_COPIES, attn_fwd_ws
 
 DO_NOT_SPECIALIZE = {"fwd": FWD_DO_NOT_SPECIALIZE, "bwd_preprocess": bwd_kernels.PREPROCESS_DO_NOT_SPECIALIZE,
-                     "bwd_dkdv": bwd_kernels.DKDV_DO_NOT_SPECIALIZE, "bwd_dq": bwd_kernels.DQ_DO_NOT_SPECIALIZE}
+                     "bwd_dkdv": bwd_kernels.DKDV_DO_NOT_SPECIALIZE, "bwd_dq": bwd_kernels.DQ_DO_NOT_SPECIALIZE,
+                     "bwd_dkdv_dq": bwd_kernels.DKDV_DQ_DO_NOT_SPECIALIZE}
 
 LOG2E = 1.4426950408889634
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -130,10 +131,13 @@ def _preprocess_signature(ptr: str) -> dict:
 
 
 def _bwd_signature(ptr: str, kind: str) -> dict:
-    if kind == "dkdv":
+    if kind in ("dkdv", "dkdv_dq"):
         args = [("Q", ptr), ("K", ptr), ("V", ptr), ("DOut", ptr), ("Lse", "*fp32"), ("Delta", "*fp32"),
                 ("DK", ptr), ("DV", ptr)]
         grads: tuple[str, ...] = ("stride_dkb", "stride_dks", "stride_dkh", "stride_dvb", "stride_dvs", "stride_dvh")
+        if kind == "dkdv_dq":
+            args.append(("DQAcc", "*fp32"))
+            grads += ("stride_ab", "stride_as", "stride_ah")
         heads = "num_heads_k"
     else:
         args = [("Q", ptr), ("K", ptr), ("V", ptr), ("DOut", ptr), ("Lse", "*fp32"), ("Delta", "*fp32"),
@@ -158,7 +162,9 @@ def _ordered(fn, signature: dict, constexprs: dict) -> dict:
 
 
 def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dict[str, KernelSpec]:
-    """Specs of the kernels of `problem` on `arch`: "fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq"."""
+    """Specs of the kernels of `problem` on `arch`: "fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", and
+    "bwd_dkdv_dq" where the backward config asks for a single pass (`single_pass`; used only when
+    the caller allows nondeterminism, see `backward`)."""
     ptr = "*" + problem.dtype
     drop_p = 0.5 if problem.dropout else 0.0  # only its being > 0 matters to the bucket rule
     common = dict(
@@ -193,8 +199,11 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
     specs["bwd_preprocess"] = KernelSpec("bwd_preprocess", attn_bwd_preprocess,
                                          _ordered(attn_bwd_preprocess, _preprocess_signature(ptr), pre), pre,
                                          cfg["num_warps"], 1, bucket, "backward")
-    for name, fn, bm, bn, kind in (("bwd_dkdv", attn_bwd_dkdv, "BLOCK_M1", "BLOCK_N1", "dkdv"),
-                                   ("bwd_dq", attn_bwd_dq, "BLOCK_M2", "BLOCK_N2", "dq")):
+    kernels = [("bwd_dkdv", attn_bwd_dkdv, "BLOCK_M1", "BLOCK_N1", "dkdv"),
+               ("bwd_dq", attn_bwd_dq, "BLOCK_M2", "BLOCK_N2", "dq")]
+    if cfg.get("single_pass"):
+        kernels.append(("bwd_dkdv_dq", attn_bwd_dkdv_dq, "BLOCK_M1", "BLOCK_N1", "dkdv_dq"))
+    for name, fn, bm, bn, kind in kernels:
         constexprs = dict(common, BLOCK_DQK=bwd_split[0], BLOCK_DQK2=bwd_split[1],
                           BLOCK_M=cfg[bm], BLOCK_N=cfg[bn], HAS_DROPOUT=problem.dropout,
                           DOT_PRECISION=precision)
@@ -379,9 +388,22 @@ def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_
     return out, lse
 
 
+def launched_kernels(specs: dict, pass_: str, deterministic: bool = False) -> tuple[str, ...]:
+    """The specs a call launches for `pass_` ("forward" or "backward"): the backward runs
+    bwd_dkdv_dq where its config asks for a single pass and the caller allows nondeterminism,
+    else bwd_dkdv and bwd_dq."""
+    if pass_ == "forward":
+        return ("fwd",)
+    if not deterministic and "bwd_dkdv_dq" in specs:
+        return ("bwd_preprocess", "bwd_dkdv_dq")
+    return ("bwd_preprocess", "bwd_dkdv", "bwd_dq")
+
+
 def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, softmax_scale: float,
-             window: tuple[int, int], dropout_p: float, rng: tuple[int, int]):
-    """Returns (dq, dk, dv, delta); delta = rowsum(dO * O) in the lse layout."""
+             window: tuple[int, int], dropout_p: float, rng: tuple[int, int], deterministic: bool = True):
+    """Returns (dq, dk, dv, delta); delta = rowsum(dO * O) in the lse layout. Two kernels (dK/dV,
+    then dQ), bitwise reproducible; or, with deterministic False and a "bwd_dkdv_dq" spec, one
+    that adds dQ in atomics."""
     delta = torch.empty_like(lse)
     dummy_i32 = cu_q if cu_q is not None else torch.empty(1, dtype=torch.int32, device=q.device)
     cu_k = cu_k if cu_k is not None else dummy_i32
@@ -393,6 +415,14 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     group = geo.heads_q // geo.heads_k
     tail = [window[0], window[1], softmax_scale * LOG2E, softmax_scale, dropout_p, rng[0], rng[1], geo.seqlen_k]
+    if "bwd_dkdv_dq" in launched_kernels(specs, "backward", deterministic):
+        spec = specs["bwd_dkdv_dq"]
+        dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        _launch_tiles(spec, geo.batch * geo.heads_k, 1, geo.seqlen_k, spec.constexprs["BLOCK_N"],
+                      [q, k, v, dout, lse, delta, dk, dv, dq_acc, dummy_i32, cu_k,
+                       *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dk), *geo.bsh(dv),
+                       *geo.bsh(dq_acc), *lse_strides, *geo.kernel_seqlens(), geo.heads_k, group, *tail])
+        return dq_acc.to(q.dtype), dk, dv, delta
     spec = specs["bwd_dkdv"]
     _launch_tiles(spec, geo.batch * geo.heads_k, 1, geo.seqlen_k, spec.constexprs["BLOCK_N"],
                   [q, k, v, dout, lse, delta, dk, dv, dummy_i32, cu_k,

@@ -46,3 +46,8 @@ def test_shapes_are_chosen_by_key_and_an_unknown_key_is_refused():
     assert bench.chosen_shapes(None) == bench.SHAPES
     with pytest.raises(ValueError, match="unknown shape.*b9_nope"):
         bench.chosen_shapes([small, "b9_nope"])
+
+
+def test_the_single_pass_candidates_are_checked_and_right(device):
+    for cfg in bench.SWEEPS["backward-single-pass"][:2]:
+        assert bench.check(SHAPE, True, config={"backward": cfg}, device=device, dtype=FP16) is None

@@ -1,5 +1,7 @@
 """Backward attention kernels: delta = rowsum(dO * O), then dK/dV per key block (looping over
-the query heads of its GQA group, so no atomics) and dQ per query block."""
+the query heads of its GQA group, so no atomics) and dQ per query block; or, where the config
+asks for a single pass and the caller allows nondeterminism, dK/dV per key block with dQ added
+from there in atomics (attn_bwd_dkdv_dq)."""
 import triton
 import triton.language as tl
 
@@ -12,6 +14,7 @@ from .common import (FULL, LEADING_EDGE, LOG2E, TRAILING_EDGE, dot_acc_head, dot
 PREPROCESS_DO_NOT_SPECIALIZE = ("seqlen_q", "num_heads_q")
 DKDV_DO_NOT_SPECIALIZE = ("seqlen_q", "seqlen_k", "num_heads_k", "group_size", "window_left", "window_right",
                           "rng_seed", "rng_offset", "rng_stride", "tile_chunk")
+DKDV_DQ_DO_NOT_SPECIALIZE = DKDV_DO_NOT_SPECIALIZE
 DQ_DO_NOT_SPECIALIZE = ("seqlen_q", "seqlen_k", "num_heads_q", "group_size", "window_left", "window_right",
                         "rng_seed", "rng_offset", "rng_stride", "tile_chunk")
 
@@ -44,14 +47,16 @@ def attn_bwd_preprocess(Out, DOut, Delta, CuSeqlensQ,
 @triton.jit
 def _dkdv_stage(dk, dk2, dv, k, k2, v, Q_head, DO_head, Lse_head, Delta_head, stride_qs, stride_dos,
                 offs_n, lo, full_lo, full_hi, hi, seqlen_q, diff, window_left, window_right, qk_scale,
-                rng_seed, rng_base, rng_stride, dropout_p,
+                rng_seed, rng_base, rng_stride, dropout_p, DQ_head, stride_dqs, dq_scale,
                 STAGE: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
                 HAS_DROPOUT: tl.constexpr, HEAD_DQK: tl.constexpr, HEAD_DV: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV: tl.constexpr,
-                DOT_PRECISION: tl.constexpr):
+                DOT_PRECISION: tl.constexpr, ADD_DQ: tl.constexpr):
     """Accumulate dK, dV of one key block over the query blocks of stage STAGE (common.stage_span),
     transposed (keys as rows); only the edge stages apply the visibility/length mask. k2 and dk2
-    are the tail of a split head dim (mha.launch.head_split), unused when BLOCK_DQK2 is 0."""
+    are the tail of a split head dim (mha.launch.head_split), unused when BLOCK_DQK2 is 0. With
+    ADD_DQ, each query block's share of dQ (dS @ K, times dq_scale) is also added into the float32
+    rows at DQ_head (attn_bwd_dkdv_dq); without, DQ_head, stride_dqs and dq_scale are unused."""
     start, end = stage_span(lo, full_lo, full_hi, hi, STAGE)
     MASKED: tl.constexpr = STAGE != FULL
     offs_m0 = tl.arange(0, BLOCK_M)
@@ -85,31 +90,47 @@ def _dkdv_stage(dk, dk2, dv, k, k2, v, Q_head, DO_head, Lse_head, Delta_head, st
         dv = tl.dot(pt_drop.to(do.dtype), do, acc=dv, input_precision=DOT_PRECISION)
         dst = pt * (dpt - delta[None, :])
         dk, dk2 = dot_acc_head(dst, qt, qt2, dk, dk2, BLOCK_DQK2, DOT_PRECISION)
+        if ADD_DQ:
+            _add_dq(dst, k, k2, DQ_head, stride_dqs, offs_m, seqlen_q, dq_scale, HEAD_DQK, BLOCK_DQK, BLOCK_DQK2,
+                    DOT_PRECISION)
     return dk, dk2, dv
 
 
-@triton.jit(do_not_specialize=DKDV_DO_NOT_SPECIALIZE)
-def attn_bwd_dkdv(Q, K, V, DOut, Lse, Delta, DK, DV, CuSeqlensQ, CuSeqlensK,
-                  stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
-                  stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
-                  stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh,
-                  stride_lb, stride_lh,
-                  seqlen_q, seqlen_k, num_heads_k, group_size, window_left, window_right,
-                  qk_scale, sm_scale, dropout_p, rng_seed, rng_offset, rng_stride, tile_chunk,
-                  HEAD_DQK: tl.constexpr, HEAD_DV: tl.constexpr,
-                  BLOCK_DQK: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  IS_VARLEN: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
-                  HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """Grid (chunk, cdiv(max seqlen_k, BLOCK_N), batch * Hk / chunk), see common.tile_order: key blocks in
-    order, the causal ones that see the most queries first. Writes every key row of the
-    sequence, zeros where no query sees it."""
-    bhk, block_n = tile_order(tile_chunk, False)
-    b, hk, _, q_start, seqlen_q, k_start, seqlen_k = slice_bounds(bhk, num_heads_k, 1, CuSeqlensQ, CuSeqlensK,
-                                                                  seqlen_q, seqlen_k, IS_VARLEN)
-    n0 = block_n * BLOCK_N
-    if n0 >= seqlen_k:
-        return
+@triton.jit
+def _add_dq(dst, k, k2, DQ_head, stride_dqs, offs_m, seqlen_q, dq_scale, HEAD_DQK: tl.constexpr,
+            BLOCK_DQK: tl.constexpr, BLOCK_DQK2: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Add dS @ K of one (key block, query block) pair, times dq_scale, into the query rows'
+    float32 dQ. Relaxed atomics, in no fixed order, hence not bitwise reproducible; and no CTA
+    barrier here, which would stop Triton from pipelining the loop's loads
+    (docs/records/2026-12-03-fused-bwd-pipelining)."""
+    ds = tl.trans(dst.to(k.dtype))
+    rows_ok = offs_m[:, None] < seqlen_q
+    cols = tl.arange(0, BLOCK_DQK)
+    dq = tl.dot(ds, k, input_precision=DOT_PRECISION) * dq_scale
+    tl.atomic_add(DQ_head + offs_m[:, None] * stride_dqs + cols[None, :], dq,
+                  mask=rows_ok & (cols[None, :] < HEAD_DQK), sem="relaxed")
+    if BLOCK_DQK2 > 0:
+        cols2 = BLOCK_DQK + tl.arange(0, BLOCK_DQK2)
+        dq2 = tl.dot(ds, k2, input_precision=DOT_PRECISION) * dq_scale
+        tl.atomic_add(DQ_head + offs_m[:, None] * stride_dqs + cols2[None, :], dq2,
+                      mask=rows_ok & (cols2[None, :] < HEAD_DQK), sem="relaxed")
+
+
+@triton.jit
+def _dkdv_key_tile(Q, K, V, DOut, Lse, Delta, DK, DV, DQAcc, b, hk, q_start, seqlen_q, k_start, seqlen_k, n0,
+                   stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                   stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
+                   stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh,
+                   stride_ab, stride_as, stride_ah, stride_lb, stride_lh,
+                   num_heads_k, group_size, window_left, window_right,
+                   qk_scale, sm_scale, dropout_p, rng_seed, rng_offset, rng_stride,
+                   HEAD_DQK: tl.constexpr, HEAD_DV: tl.constexpr,
+                   BLOCK_DQK: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
+                   HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr, ADD_DQ: tl.constexpr):
+    """dK and dV of the key block at n0 of one KV head, over the query heads of its GQA group and
+    the query blocks of its band, stored; with ADD_DQ, the dQ shares added into DQAcc on the way
+    (_dkdv_stage), else DQAcc and its strides are unused."""
     diff = seqlen_k - seqlen_q
     offs_n = n0 + tl.arange(0, BLOCK_N)
     # Slice bases in int64, tile offsets in int32 (see common.slice_offset).
@@ -135,20 +156,87 @@ def attn_bwd_dkdv(Q, K, V, DOut, Lse, Delta, DK, DV, CuSeqlensQ, CuSeqlensK,
         DO_head = DOut + slice_offset(b, q_start, h, stride_dob, stride_dos, stride_doh)
         Lse_head = Lse + slice_offset(b, q_start, h, stride_lb, 1, stride_lh)
         Delta_head = Delta + slice_offset(b, q_start, h, stride_lb, 1, stride_lh)
+        DQ_head = DQAcc + slice_offset(b, q_start, h, stride_ab, stride_as, stride_ah)
         rng_seed_bh = rng_seed + b * num_heads_k * group_size + h
         # The query blocks of the band: leading edge (masked), full (unmasked), trailing edge (masked).
         for stage in tl.static_range(LEADING_EDGE, TRAILING_EDGE + 1):
-            dk, dk2, dv = _dkdv_stage(dk, dk2, dv, k, k2, v, Q_head, DO_head, Lse_head, Delta_head, stride_qs, stride_dos,
-                                 offs_n, lo, full_lo, full_hi, hi, seqlen_q, diff, window_left, window_right,
-                                 qk_scale, rng_seed_bh, rng_offset, rng_stride, dropout_p,
-                                 stage, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
-                                 BLOCK_M, BLOCK_DQK, BLOCK_DQK2, BLOCK_DV, DOT_PRECISION)
+            dk, dk2, dv = _dkdv_stage(dk, dk2, dv, k, k2, v, Q_head, DO_head, Lse_head, Delta_head, stride_qs,
+                                      stride_dos, offs_n, lo, full_lo, full_hi, hi, seqlen_q, diff, window_left,
+                                      window_right, qk_scale, rng_seed_bh, rng_offset, rng_stride, dropout_p,
+                                      DQ_head, stride_as, sm_scale,
+                                      stage, BOUND_LEFT, BOUND_RIGHT, HAS_DROPOUT, HEAD_DQK, HEAD_DV,
+                                      BLOCK_M, BLOCK_DQK, BLOCK_DQK2, BLOCK_DV, DOT_PRECISION, ADD_DQ)
     DK_head = DK + slice_offset(b, k_start, hk, stride_dkb, stride_dks, stride_dkh)
     DV_head = DV + slice_offset(b, k_start, hk, stride_dvb, stride_dvs, stride_dvh)
     store_head(DK_head, dk * sm_scale, offs_n, stride_dks, seqlen_k, 0, BLOCK_DQK, HEAD_DQK)
     if BLOCK_DQK2 > 0:
         store_head(DK_head, dk2 * sm_scale, offs_n, stride_dks, seqlen_k, BLOCK_DQK, BLOCK_DQK2, HEAD_DQK)
     store_head(DV_head, dv, offs_n, stride_dvs, seqlen_k, 0, BLOCK_DV, HEAD_DV)
+
+
+@triton.jit(do_not_specialize=DKDV_DO_NOT_SPECIALIZE)
+def attn_bwd_dkdv(Q, K, V, DOut, Lse, Delta, DK, DV, CuSeqlensQ, CuSeqlensK,
+                  stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                  stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
+                  stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh,
+                  stride_lb, stride_lh,
+                  seqlen_q, seqlen_k, num_heads_k, group_size, window_left, window_right,
+                  qk_scale, sm_scale, dropout_p, rng_seed, rng_offset, rng_stride, tile_chunk,
+                  HEAD_DQK: tl.constexpr, HEAD_DV: tl.constexpr,
+                  BLOCK_DQK: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  IS_VARLEN: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
+                  HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Grid (chunk, cdiv(max seqlen_k, BLOCK_N), batch * Hk / chunk), see common.tile_order: key blocks in
+    order, the causal ones that see the most queries first. Writes every key row of the
+    sequence, zeros where no query sees it."""
+    bhk, block_n = tile_order(tile_chunk, False)
+    b, hk, _, q_start, seqlen_q, k_start, seqlen_k = slice_bounds(bhk, num_heads_k, 1, CuSeqlensQ, CuSeqlensK,
+                                                                  seqlen_q, seqlen_k, IS_VARLEN)
+    n0 = block_n * BLOCK_N
+    if n0 >= seqlen_k:
+        return
+    _dkdv_key_tile(Q, K, V, DOut, Lse, Delta, DK, DV, DK, b, hk, q_start, seqlen_q, k_start, seqlen_k, n0,
+                   stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                   stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
+                   stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh,
+                   0, 0, 0, stride_lb, stride_lh, num_heads_k, group_size, window_left, window_right,
+                   qk_scale, sm_scale, dropout_p, rng_seed, rng_offset, rng_stride,
+                   HEAD_DQK, HEAD_DV, BLOCK_DQK, BLOCK_DQK2, BLOCK_DV, BLOCK_M, BLOCK_N, BOUND_LEFT, BOUND_RIGHT,
+                   HAS_DROPOUT, DOT_PRECISION, False)
+
+
+@triton.jit(do_not_specialize=DKDV_DQ_DO_NOT_SPECIALIZE)
+def attn_bwd_dkdv_dq(Q, K, V, DOut, Lse, Delta, DK, DV, DQAcc, CuSeqlensQ, CuSeqlensK,
+                     stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                     stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
+                     stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh,
+                     stride_ab, stride_as, stride_ah, stride_lb, stride_lh,
+                     seqlen_q, seqlen_k, num_heads_k, group_size, window_left, window_right,
+                     qk_scale, sm_scale, dropout_p, rng_seed, rng_offset, rng_stride, tile_chunk,
+                     HEAD_DQK: tl.constexpr, HEAD_DV: tl.constexpr,
+                     BLOCK_DQK: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     IS_VARLEN: tl.constexpr, BOUND_LEFT: tl.constexpr, BOUND_RIGHT: tl.constexpr,
+                     HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """The single-pass backward (config key `single_pass`, deterministic=False only): attn_bwd_dkdv,
+    whose programs also add each query block's dQ share into DQAcc (float32, zeroed, the layout of
+    Q: mha.launch.backward casts it to dQ), so attn_bwd_dq does not run. The dQ additions arrive
+    in no fixed order: dQ is not bitwise reproducible; dK and dV are, as attn_bwd_dkdv's."""
+    bhk, block_n = tile_order(tile_chunk, False)
+    b, hk, _, q_start, seqlen_q, k_start, seqlen_k = slice_bounds(bhk, num_heads_k, 1, CuSeqlensQ, CuSeqlensK,
+                                                                  seqlen_q, seqlen_k, IS_VARLEN)
+    n0 = block_n * BLOCK_N
+    if n0 >= seqlen_k:
+        return
+    _dkdv_key_tile(Q, K, V, DOut, Lse, Delta, DK, DV, DQAcc, b, hk, q_start, seqlen_q, k_start, seqlen_k, n0,
+                   stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                   stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
+                   stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh,
+                   stride_ab, stride_as, stride_ah, stride_lb, stride_lh, num_heads_k, group_size, window_left,
+                   window_right, qk_scale, sm_scale, dropout_p, rng_seed, rng_offset, rng_stride,
+                   HEAD_DQK, HEAD_DV, BLOCK_DQK, BLOCK_DQK2, BLOCK_DV, BLOCK_M, BLOCK_N, BOUND_LEFT, BOUND_RIGHT,
+                   HAS_DROPOUT, DOT_PRECISION, True)
 
 
 @triton.jit

@@ -72,7 +72,6 @@ def _problem(launch, problem: dict):
                           varlen=problem.get("varlen", False))
 
 
-PASS_KERNELS = {"forward": ("fwd",), "backward": ("bwd_dkdv", "bwd_dq")}
 
 
 def compile_mode(args) -> int:
@@ -105,8 +104,15 @@ def compile_mode(args) -> int:
         except config_mod.ConfigFileError as exc:        # a guard refused it
             results[item["key"]] = {"error": f"refused by the kernel: {exc}", "kernels": {}}
             continue
+        launched = [n for n in launch.launched_kernels(specs, item["pass"]) if n != "bwd_preprocess"]
+        named = item.get("kernels")   # perf bisect names all it launches
+        unnamed = sorted(set(launched) - set(named or launched))
+        if unnamed:   # a kernel the call runs, whose code would go unjudged
+            results[item["key"]] = {"error": f"the config launches {unnamed}, which the request does not name",
+                                    "kernels": {}}
+            continue
         results[item["key"]] = {"error": None, "kernels": {}}
-        for name in item.get("kernels") or PASS_KERNELS[item["pass"]]:   # perf bisect names all it launches
+        for name in named or launched:
             task = task_for_spec(launch, specs[name], f"{item['key']}/{name}", targets[arch],
                                  shared_limit=request.get("shared_limits", {}).get(arch))
             keys[task.key] = cache_key(sources=sources, config=file_digest(Path(config_mod.config_path(arch))),

@@ -389,6 +389,29 @@ def test_real_aot_compile_prunes_an_oversized_sm90_candidate(tmp_path, monkeypat
 
 
 @pytest.mark.slow
+def test_a_named_kernel_list_that_misses_what_the_config_launches_is_refused(tmp_path):
+    """Perf bisect names the kernels a backward launches; a config with `single_pass` launches
+    bwd_dkdv_dq instead of bwd_dkdv and bwd_dq, whose code would go unjudged: the item is refused
+    (the bisect then cannot say the code is the same), and the launched kernel is compiled when
+    no list is named."""
+    from mha_ci.checksums.candidates import compile_candidates
+    from mha_ci.executors.venv import VenvExecutor
+
+    pipeline = load_pipeline(ROOT)
+    problem = {"dtype": "fp16", "dqk": 64, "dv": 64, "causal": True}
+    config = {"BLOCK_M1": 32, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 32, "num_warps": 4, "num_stages": 2,
+              "single_pass": True}
+    items = [{"key": "named", "arch": "sm90", "pass": "backward", "problem": problem, "config": config,
+              "kernels": ["bwd_preprocess", "bwd_dkdv", "bwd_dq"]},
+             {"key": "launched", "arch": "sm90", "pass": "backward", "problem": problem, "config": config}]
+    data = compile_candidates(ROOT, pipeline.toolchains["triton-3.8"], pipeline.archs["sm90"], pipeline, items,
+                              VenvExecutor(ROOT), tmp_path, jobs=1)
+    assert "launches ['bwd_dkdv_dq'], which the request does not name" in data["results"]["named"]["error"]
+    assert set(data["results"]["launched"]["kernels"]) == {"bwd_dkdv_dq"}
+    assert data["results"]["launched"]["kernels"]["bwd_dkdv_dq"]["sha256"]
+
+
+@pytest.mark.slow
 def test_timing_payload_runs_and_resumes_under_the_interpreter(tmp_path):
     """The GPU timing path end to end on the CPU (Triton interpreter, the interpreter arch's
     config): two configs timed in turns per shape, one line per shape, a second call skips them."""
