@@ -14,7 +14,7 @@ os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
 import triton  # noqa: E402
 
 from mha import config, launch  # noqa: E402
-from mha_ci.checksums.compile import CompileTarget, compile_kernel  # noqa: E402
+from mha_ci.checksums.compile import CompileTarget, compile_kernel, prepare_environment  # noqa: E402
 from mha_ci.checksums.resources import code_object_resources  # noqa: E402
 from mha_ci.checksums.variants import task_for_spec  # noqa: E402
 
@@ -25,6 +25,7 @@ TARGETS = {"sm90": CompileTarget("cuda", 90, 32), "gfx942": CompileTarget("hip",
 
 
 def main() -> None:
+    prepare_environment(list(TARGETS.values()))   # the checksums job's compile environment (the ROCm linker)
     for arch, target in TARGETS.items():
         for label, problem in PROBLEMS.items():
             shipped = config.resolve("backward", arch, problem.dqk, problem.dv, problem.dtype, 0.0)[1]

@@ -5,7 +5,9 @@
 #    worktree), compiled by that record's compile_fused.py as built, without the turns, and
 #    without the turns and the barrier (out/fused.txt)
 # 3. lab/product.py: the product's single-pass kernel (mha.kernels.backward.attn_bwd_dkdv_dq, e7b852f)
-#    beside the two shipped kernels, sm90 and gfx942, the shipped tiles (out/product.txt)
+#    beside the two shipped kernels, sm90 and gfx942, the shipped tiles (out/product.txt); then the
+#    same with lab/tma-reduce.patch (dQ added by a descriptor's atomic_add) in a scratch worktree
+#    (out/product-tma-reduce.txt)
 set -e
 R=docs/records/2026-12-03-fused-bwd-pipelining; OLD=docs/records/2026-12-01-h200-fused-backward; ROOT=$PWD
 for py in "$1" "$2"; do
@@ -13,6 +15,10 @@ for py in "$1" "$2"; do
   for tiles in "32 128 128 8 3" "64 128 128 8 2"; do PYTHONPATH=src "$py" $R/lab/pipe.py $tiles 2>/dev/null; done > $R/out/minimal-$v.txt
 done
 for py in "$1" "$2"; do PYTHONPATH=src "$py" $R/lab/product.py 2>/dev/null; done > $R/out/product.txt
+T=$(mktemp -d); git worktree add -q "$T/wt" e7b852f && git -C "$T/wt" apply "$ROOT/$R/lab/tma-reduce.patch"
+for py in "$1" "$2"; do (cd "$T/wt" && PYTHONPATH=src "$py" "$ROOT/$R/lab/product.py" 2>/dev/null | grep bwd_dkdv_dq); done \
+  > $R/out/product-tma-reduce.txt || true
+git worktree remove --force "$T/wt"; rm -rf "$T"
 W=$(mktemp -d); trap 'git -C "$ROOT" worktree remove --force "$W/wt" >/dev/null 2>&1; rm -rf "$W"' EXIT
 git worktree add -q "$W/wt" 1be33e1 && git -C "$W/wt" apply "$ROOT/$OLD/fused-backward.patch"
 ITEM='d128c:128:128:c:{"BLOCK_M1":32,"BLOCK_N1":128,"BLOCK_M2":128,"BLOCK_N2":64,"num_warps":8,"num_stages":3,"fused_dq":true}'
