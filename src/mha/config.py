@@ -247,8 +247,9 @@ def check_override(override, arch: str) -> dict[str, dict]:
     Two forms: flat keys of either pass (num_warps and num_stages then set both), or per-pass
     sections {"forward": {...}, "backward": {...}}, not both at once (a pass with a section would
     ignore the flat keys). Every key must be one of its pass (`unmasked` is a config-file key
-    only), every value an int within the limits above (`warp_specialize`, `single_pass` bools). Anything else
-    raises ConfigOverrideError, or ConfigOverrideTypeError for a wrong type, naming the key.
+    only), every value an int within the limits above (`warp_specialize`, `single_pass` bools).
+    Anything else raises ConfigOverrideError, or ConfigOverrideTypeError for a wrong type, naming
+    the key.
     """
     if not isinstance(override, Mapping):
         raise ConfigOverrideTypeError(

@@ -53,9 +53,9 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, dsink, None, None, None, None, None, None, None, None, None
 
 
-def _common_checks(q, k, v, dropout_p, softmax_scale, causal, window_size, sink, return_lse, varlen):
+def _common_checks(q, k, v, dropout_p, softmax_scale, causal, window_size, sink, return_lse, deterministic, varlen):
     """Every argument check before a launch but the config's (mha.config.resolve makes that one);
-    returns (window, dropout p, scale, causal, sink as float32, return_lse)."""
+    returns (window, dropout p, scale, causal, sink as float32, return_lse, deterministic)."""
     dtype, dqk, dv = validation.check_qkv(q, k, v, varlen=varlen)
     validation.check_runnable_dtype(dtype, current_arch(q.device))
     window = validation.check_window(window_size)
@@ -64,7 +64,8 @@ def _common_checks(q, k, v, dropout_p, softmax_scale, causal, window_size, sink,
     sink = validation.check_sink(sink, q.shape[-2], q.device, q.dtype)
     scale = validation.check_softmax_scale(softmax_scale)
     scale = launch.default_scale(dqk) if scale is None else scale
-    return window, p, scale, causal, sink, validation.check_flag(return_lse, "return_lse")
+    return (window, p, scale, causal, sink, validation.check_flag(return_lse, "return_lse"),
+            validation.check_flag(deterministic, "deterministic"))
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -87,8 +88,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     dot is wrong. config overrides the kernel config of the call (docs/configs.md, "Overrides";
     mha.config.check_override).
     """
-    window, p, scale, causal, sink, return_lse = _common_checks(q, k, v, dropout_p, softmax_scale, causal,
-                                                                window_size, sink, return_lse, varlen=False)
+    window, p, scale, causal, sink, return_lse, deterministic = _common_checks(
+        q, k, v, dropout_p, softmax_scale, causal, window_size, sink, return_lse, deterministic, varlen=False)
     b, sq, hq, _ = q.shape
     window = validation.clamp_window(window, sq, k.shape[1])
     out_meta = torch.empty((b, sq, hq, v.shape[-1]), device="meta")  # allocated contiguous
@@ -97,7 +98,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     geo = launch.Geometry(batch=b, seqlen_q=sq, seqlen_k=k.shape[1], heads_q=hq, heads_k=k.shape[2], varlen=False,
                           rows_q=b * sq, rows_k=b * k.shape[1])
     out, lse = _FlashAttention.apply(q, k, v, sink, None, None, geo, scale, causal, window, p, config,
-                                     validation.check_flag(deterministic, "deterministic"))
+                                     deterministic)
     return (out, lse) if return_lse else out
 
 
@@ -109,8 +110,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     Same semantics and argument checks per sequence as flash_attn_func (max_seqlen_* are ints);
     lse is (Hq, total_q).
     """
-    window, p, scale, causal, sink, return_lse = _common_checks(q, k, v, dropout_p, softmax_scale, causal,
-                                                                window_size, sink, return_lse, varlen=True)
+    window, p, scale, causal, sink, return_lse, deterministic = _common_checks(
+        q, k, v, dropout_p, softmax_scale, causal, window_size, sink, return_lse, deterministic, varlen=True)
     longest_q, longest_k = validation.check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
                                                        max_seqlen_q, max_seqlen_k, q.device)
     window = validation.clamp_window(window, longest_q, longest_k)
@@ -120,5 +121,5 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     geo = launch.Geometry(batch=cu_seqlens_q.shape[0] - 1, seqlen_q=longest_q, seqlen_k=longest_k,
                           heads_q=q.shape[1], heads_k=k.shape[1], varlen=True, rows_q=q.shape[0], rows_k=k.shape[0])
     out, lse = _FlashAttention.apply(q, k, v, sink, cu_seqlens_q, cu_seqlens_k, geo, scale, causal, window,
-                                     p, config, validation.check_flag(deterministic, "deterministic"))
+                                     p, config, deterministic)
     return (out, lse) if return_lse else out

@@ -412,22 +412,21 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
     _launch(pre, (geo.batch * geo.heads_q, triton.cdiv(geo.seqlen_q, pre.constexprs["BLOCK_M"])),
             [out, dout, delta, dummy_i32, *geo.bsh(out), *geo.bsh(dout), *lse_strides,
              geo.kernel_seqlens()[0], geo.heads_q])
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
     group = geo.heads_q // geo.heads_k
     tail = [window[0], window[1], softmax_scale * LOG2E, softmax_scale, dropout_p, rng[0], rng[1], geo.seqlen_k]
-    if "bwd_dkdv_dq" in launched_kernels(specs, "backward", deterministic):
-        spec = specs["bwd_dkdv_dq"]
-        dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        _launch_tiles(spec, geo.batch * geo.heads_k, 1, geo.seqlen_k, spec.constexprs["BLOCK_N"],
-                      [q, k, v, dout, lse, delta, dk, dv, dq_acc, dummy_i32, cu_k,
-                       *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dk), *geo.bsh(dv),
-                       *geo.bsh(dq_acc), *lse_strides, *geo.kernel_seqlens(), geo.heads_k, group, *tail])
-        return dq_acc.to(q.dtype), dk, dv, delta
-    spec = specs["bwd_dkdv"]
+    single_pass = "bwd_dkdv_dq" in launched_kernels(specs, "backward", deterministic)
+    # The single pass adds dQ into a zeroed float32 buffer (the layout of a contiguous q) as it goes.
+    dq_acc = [torch.zeros(q.shape, dtype=torch.float32, device=q.device)] if single_pass else []
+    spec = specs["bwd_dkdv_dq" if single_pass else "bwd_dkdv"]
     _launch_tiles(spec, geo.batch * geo.heads_k, 1, geo.seqlen_k, spec.constexprs["BLOCK_N"],
-                  [q, k, v, dout, lse, delta, dk, dv, dummy_i32, cu_k,
+                  [q, k, v, dout, lse, delta, dk, dv, *dq_acc, dummy_i32, cu_k,
                    *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dk), *geo.bsh(dv),
+                   *(geo.bsh(dq_acc[0]) if single_pass else ()),
                    *lse_strides, *geo.kernel_seqlens(), geo.heads_k, group, *tail])
+    if single_pass:
+        return dq_acc[0].to(q.dtype), dk, dv, delta
+    dq = torch.empty_like(q)
     spec = specs["bwd_dq"]
     _launch_tiles(spec, geo.batch * geo.heads_k, group, geo.seqlen_q, spec.constexprs["BLOCK_M"],
                   [q, k, v, dout, lse, delta, dq, dummy_i32, cu_k,

@@ -72,8 +72,6 @@ def _problem(launch, problem: dict):
                           varlen=problem.get("varlen", False))
 
 
-
-
 def compile_mode(args) -> int:
     pincheck.enforce()
     request = json.loads(out_path(args.request).read_text())
@@ -104,6 +102,7 @@ def compile_mode(args) -> int:
         except config_mod.ConfigFileError as exc:        # a guard refused it
             results[item["key"]] = {"error": f"refused by the kernel: {exc}", "kernels": {}}
             continue
+        # what the config launches, but the preprocess kernel (delta only, no tile of its own)
         launched = [n for n in launch.launched_kernels(specs, item["pass"]) if n != "bwd_preprocess"]
         named = item.get("kernels")   # perf bisect names all it launches
         unnamed = sorted(set(launched) - set(named or launched))
