@@ -13,6 +13,7 @@ docs/records/2026-12-01-h200-ws-forward).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 import torch
@@ -159,15 +160,32 @@ def _tflops(make, shape, backward, verify=None):
     return flops(shape, backward) / (ms * 1e-3) / 1e12
 
 
+KEY_FORM = re.compile(r"b(\d+)_hq(\d+)_hk(\d+)_s(\d+)_dqk(\d+)_dv(\d+)_c([01])")
+
+
+def parse_key(text: str):
+    """The shape a key names (mha.bench.key's form), or None when `text` is not of that form or
+    its query heads are not a multiple of its key heads."""
+    m = KEY_FORM.fullmatch(text)
+    if not m:
+        return None
+    b, hq, hk, s, dqk, dv, c = (int(g) for g in m.groups())
+    if min(b, hq, hk, s, dqk, dv) < 1 or hq % hk:
+        return None
+    return (b, hq, hk, s, dqk, dv, bool(c))
+
+
 def chosen_shapes(keys: list[str] | None) -> list:
-    """SHAPES, or those named by `keys` (mha.bench.key), in the order given."""
+    """SHAPES, or the shapes `keys` name (mha.bench.key's form; any such shape, not only the
+    table's), in the order given."""
     if not keys:
         return SHAPES
-    by_key = {key(s): s for s in SHAPES}
-    unknown = [k for k in keys if k not in by_key]
+    shapes = [parse_key(k) for k in keys]
+    unknown = [k for k, s in zip(keys, shapes) if s is None]
     if unknown:
-        raise ValueError(f"unknown shape(s) {', '.join(unknown)}; known: {', '.join(by_key)}")
-    return [by_key[k] for k in keys]
+        raise ValueError(f"unknown shape(s) {', '.join(unknown)}: a key is b<B>_hq<Hq>_hk<Hk>_s<S>_dqk<D>_dv<D>_c<0|1> "
+                         f"with Hq a multiple of Hk, e.g. {key(SHAPES[1])}")
+    return shapes
 
 
 def table(shapes=SHAPES) -> str:
@@ -213,7 +231,8 @@ def main(argv=None) -> int:
                          "forward-ws: the warp-specialized forward ones; backward-small-head: smaller tiles; "
                          "backward-single-pass: the single-pass backward)")
     ap.add_argument("--shape", dest="shapes", action="append", metavar="KEY",
-                    help="only this shape (repeatable), named as in the table, e.g. b8_hq48_hk8_s2048_dqk64_dv64_c1")
+                    help="only this shape (repeatable), named as in the table (any shape of that form), "
+                         "e.g. b8_hq48_hk8_s2048_dqk64_dv64_c1")
     args = ap.parse_args(argv)
     if args.passes and not args.sweep:
         ap.error("--pass goes with --sweep")

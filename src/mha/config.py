@@ -19,7 +19,7 @@ from .errors import AttentionInputError
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 PASSES = ("forward", "backward")
-BUCKETS = ("default", "small_head", "large_head", "pe", "dropout_or_fp32", "large_head_dropout_or_fp32")
+BUCKETS = ("default", "small_head_32", "small_head", "large_head", "pe", "dropout_or_fp32", "large_head_dropout_or_fp32")
 # Above this head dim the padded tile width doubles to 256: the tiles of the other buckets no
 # longer fit shared memory / LDS (sm90 d256 forward needed 458752 bytes, twice the limit).
 LARGE_HEAD_DIM = 128
@@ -143,7 +143,8 @@ def select_bucket(pass_: str, dqk: int, dv: int, dtype: str, dropout_p: float) -
     2. ``pe``: Dqk > Dv with Dv <= LARGE_HEAD_DIM (the MLA 192/128 case: the QK tile is larger
        than the PV tile);
     3. ``large_head``: a head dim above LARGE_HEAD_DIM (padded width 256);
-    4. ``small_head``: 16 < Dv <= 64;
+    4. ``small_head_32``: 16 < Dv <= 32, and ``small_head``: 32 < Dv <= 64 (one tile choice does
+       not serve both: docs/configs.md);
     5. ``default``: everything else (64 < Dv <= 128, and the tiny Dv <= 16).
     The same rule serves both passes; `pass_` is accepted so a pass may diverge later.
     """
@@ -156,7 +157,9 @@ def select_bucket(pass_: str, dqk: int, dv: int, dtype: str, dropout_p: float) -
         return "pe"
     if large:
         return "large_head"
-    if 16 < dv <= 64:
+    if 16 < dv <= 32:
+        return "small_head_32"
+    if 32 < dv <= 64:
         return "small_head"
     return "default"
 

@@ -48,6 +48,16 @@ def test_shapes_are_chosen_by_key_and_an_unknown_key_is_refused():
         bench.chosen_shapes([small, "b9_nope"])
 
 
+def test_any_shape_of_the_key_form_can_be_chosen_and_its_key_round_trips():
+    d32 = "b4_hq16_hk16_s2048_dqk32_dv32_c1"
+    assert bench.chosen_shapes([d32]) == [(4, 16, 16, 2048, 32, 32, True)]
+    assert bench.key(bench.chosen_shapes([d32])[0]) == d32
+    for bad in ("b4_hq16_hk6_s2048_dqk32_dv32_c1", "b0_hq16_hk16_s2048_dqk32_dv32_c1",
+                "b4_hq16_hk16_s2048_dqk32_dv32_c2", " b4_hq16_hk16_s2048_dqk32_dv32_c1"):
+        with pytest.raises(ValueError, match="unknown shape"):
+            bench.chosen_shapes([bad])
+
+
 def test_the_single_pass_candidates_are_checked_and_right(device):
     for cfg in bench.SWEEPS["backward-single-pass"][:2]:
         assert bench.check(SHAPE, True, config={"backward": cfg}, device=device, dtype=FP16) is None

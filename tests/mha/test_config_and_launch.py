@@ -34,8 +34,11 @@ def test_unknown_arch_names_file_and_known_archs():
 @pytest.mark.parametrize("dqk,dv,dtype,p,bucket", [
     (128, 128, "bf16", 0.0, "default"),
     (64, 64, "fp16", 0.0, "small_head"),
-    (32, 32, "bf16", 0.0, "small_head"),
-    (16, 16, "fp16", 0.0, "default"),   # the small_head gate is 16 < Dv
+    (48, 48, "bf16", 0.0, "small_head"),
+    (33, 33, "fp16", 0.0, "small_head"),        # the small_head gate is 32 < Dv <= 64
+    (32, 32, "bf16", 0.0, "small_head_32"),
+    (17, 17, "fp16", 0.0, "small_head_32"),     # the small_head_32 gate is 16 < Dv <= 32
+    (16, 16, "fp16", 0.0, "default"),
     (80, 80, "fp16", 0.0, "default"),
     (192, 128, "bf16", 0.0, "pe"),
     (128, 128, "fp32", 0.0, "dropout_or_fp32"),

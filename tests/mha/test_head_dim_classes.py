@@ -17,7 +17,8 @@ from mha import config
 CLASSES = {
     "d8": (8, 8),          # default, 16 (padded up to tl.dot's minimum)
     "d16": (16, 16),       # default, 16 (num_stages guard)
-    "d32": (32, 32),       # small_head, 32
+    "d24": (24, 24),       # small_head_32, 32 (masked)
+    "d32": (32, 32),       # small_head_32, 32
     "d40": (40, 40),       # small_head, 64 (masked)
     "d64": (64, 64),       # small_head, 64
     "d80": (80, 80),       # default, 128 (masked)

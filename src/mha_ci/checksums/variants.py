@@ -11,7 +11,8 @@ typical value, restricted to multiples of 16 (what the canonical inputs use; oth
 different stride specializations at runtime, and their code path, a padded head dim, is
 covered by 48, 80, 160 and 224):
   default, Dv <= 16 side:  16        (also the num_stages guard for head dims <= 16)
-  small_head, 16 < Dv <= 64: 48 (padded to 64), 64
+  small_head_32, 16 < Dv <= 32: 32
+  small_head, 32 < Dv <= 64: 48 (padded to 64), 64
   default, 64 < Dv <= 128: 80 (padded to 128), 128 (typical)
   large_head, a head dim > 128: 160 and 224 (padded to 256), 256 (max)
   pe, Dqk > Dv <= 128:     192/128 (the MLA case)
@@ -46,7 +47,7 @@ from pathlib import Path
 from mha_ci.checksums.compile import AlignedStandIn, CompileTarget, CompileTask, backend_class, specialization_desc
 
 TYPICAL_DIMS = ((64, 64), (128, 128), (192, 128))
-ALL_DIMS = ((16, 16), (48, 48), (64, 64), (80, 80), (128, 128), (160, 160), (224, 224), (256, 256), (192, 128))
+ALL_DIMS = ((16, 16), (32, 32), (48, 48), (64, 64), (80, 80), (128, 128), (160, 160), (224, 224), (256, 256), (192, 128))
 WINDOW = (128, 128)
 # (label, Problem fields)
 Features = tuple[tuple[str, dict[str, object]], ...]

@@ -129,6 +129,7 @@ def compile_problem(target: BucketTarget, pass_: str) -> dict:
 # Typical problem per bucket (the checksums matrix's typical head dims), for buckets without shapes.
 TYPICAL = {
     "default": {"dtype": "bf16", "dqk": 128, "dv": 128, "causal": True},
+    "small_head_32": {"dtype": "bf16", "dqk": 32, "dv": 32, "causal": True},
     "small_head": {"dtype": "bf16", "dqk": 64, "dv": 64, "causal": True},
     "large_head": {"dtype": "bf16", "dqk": 256, "dv": 256, "causal": True},
     "pe": {"dtype": "bf16", "dqk": 192, "dv": 128, "causal": True},

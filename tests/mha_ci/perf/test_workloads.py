@@ -51,7 +51,7 @@ def test_backward_shapes_cover_training_and_skip_decode(workloads):
     keys = {w.key for w in workloads}
     # every backward shape has its forward twin, with the same origins
     assert all(w.key[:-len("_bwd")] in keys for w in bwd)
-    assert {w.bucket for w in bwd} == {"default", "small_head", "pe", "dropout_or_fp32"}
+    assert {w.bucket for w in bwd} == {"default", "small_head_32", "small_head", "pe", "dropout_or_fp32"}
     assert {w.shape.layout for w in bwd} == {"dense", "varlen"}
     assert {w.shape.causal for w in bwd} == {True, False}
     assert any(w.shape.sink and w.shape.window != (-1, -1) for w in bwd)     # GPT-OSS
