@@ -38,7 +38,7 @@ BWD_SWEEP = [dict(BLOCK_M1=m1, BLOCK_N1=n1, BLOCK_M2=m2, BLOCK_N2=n2, num_warps=
              for m1, n1, m2, n2, w, s in [(32, 128, 128, 32, 4, 3), (32, 128, 128, 32, 8, 3),
                                           (64, 128, 128, 64, 8, 2), (64, 64, 64, 64, 4, 3),
                                           (32, 64, 64, 32, 4, 3)]]
-# Smaller tiles for the small_head bucket (d <= 64), whose backward trails cuDNN most under 3.4.
+# Smaller tiles for the small-head buckets (Dv <= 64), whose backward trailed cuDNN most under 3.4.
 BWD_SMALL_HEAD_SWEEP = [dict(BLOCK_M1=m1, BLOCK_N1=n1, BLOCK_M2=m2, BLOCK_N2=n2, num_warps=w, num_stages=s)
                         for m1, n1, m2, n2, w, s in [(32, 128, 128, 32, 4, 2), (64, 128, 128, 64, 4, 2),
                                                      (64, 128, 128, 64, 8, 3), (32, 64, 64, 64, 4, 3),
