@@ -1,0 +1,10 @@
+# AOT-compile lab/attn_fwd_gluon.py for sm90 without a GPU, every variant of lab/aot.py, under the
+# given interpreter's Triton; writes out/aot-<triton version>.txt. Run from the repository root:
+#   bash docs/records/2026-12-03-gluon-forward-aot/lab/run.sh ~/.cache/mha-ci/venvs/triton-3.8-38a699683924/bin/python
+# (src/ on PYTHONPATH only for mha_ci.checksums.resources, which reads registers/spills from the cubin.)
+set -euo pipefail
+PY=${1:?usage: run.sh PYTHON}
+R=docs/records/2026-12-03-gluon-forward-aot
+v=$("$PY" -c 'import triton; print(triton.__version__)')
+mkdir -p "$R/out"
+PYTHONPATH=src "$PY" "$R/lab/aot.py" 2>&1 | tee "$R/out/aot-$v.txt"
