@@ -388,6 +388,18 @@ def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_
     return out, lse
 
 
+# The outputs a kernel adds up in an order that changes from run to run (atomics): their bits are
+# not reproducible on the same inputs, their accuracy is (mha_ci.perf.numerics judges them by
+# their error, not their bits).
+UNORDERED_OUTPUTS = {"bwd_dkdv_dq": ("dq",)}
+
+
+def unordered_outputs(kernels) -> list[str]:
+    """The outputs that the kernels named (spec names, e.g. launched_kernels') add up in no fixed
+    order."""
+    return sorted({name for kernel in kernels for name in UNORDERED_OUTPUTS.get(kernel, ())})
+
+
 def launched_kernels(specs: dict, pass_: str, deterministic: bool = False) -> tuple[str, ...]:
     """The specs a call launches for `pass_` ("forward" or "backward"): the backward runs
     bwd_dkdv_dq where its config asks for a single pass and the caller allows nondeterminism,

@@ -56,6 +56,25 @@ def test_the_launched_kernels_follow_the_config_and_the_flag():
     assert launch.launched_kernels(one, "forward") == ("fwd",)
 
 
+def test_the_single_pass_declares_dq_unordered_and_the_perf_recorder_reads_it(device):
+    """dQ's bits may change from run to run on the single pass only: the declaration the perf
+    payload records (`unordered_outputs`) so that its numerics judge dQ by its error."""
+    from mha_ci.payloads.perf import LaunchRecorder
+
+    problem = launch.Problem("fp16", 64, 64, causal=True)
+    one = launch.kernel_specs(problem, "sm90", SINGLE_PASS)
+    assert launch.unordered_outputs(launch.launched_kernels(one, "backward")) == ["dq"]
+    assert launch.unordered_outputs(launch.launched_kernels(one, "backward", deterministic=True)) == []
+    assert launch.unordered_outputs(launch.launched_kernels(one, "forward")) == []
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 33, 2, 32, generator=gen).to(device, torch.float16).requires_grad_() for _ in range(3))
+    for config, deterministic, expected in ((SINGLE_PASS, False, ["dq"]), (SINGLE_PASS, True, []), (None, False, [])):
+        with LaunchRecorder() as recorder:
+            out = mha.flash_attn_func(q, k, v, causal=True, config=config, deterministic=deterministic)
+            out.sum().backward()
+        assert recorder.unordered_outputs() == expected, (config, deterministic)
+
+
 def test_deterministic_keeps_the_two_kernels(device, launched):
     gen = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(1, 40, 2, 32, generator=gen).to(device, torch.float16).requires_grad_() for _ in range(3))

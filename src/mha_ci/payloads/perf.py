@@ -332,13 +332,21 @@ class LaunchRecorder:
 
     def __init__(self) -> None:
         self.hashes: dict[str, str] = {}
+        self.names: set[str] = set()    # every kernel launched, with a code object or not (interpreter)
         self.observers: list | None = None
 
     def __call__(self, spec, kernel) -> None:
+        self.names.add(spec.name)
         if spec.name not in self.hashes:
             digest = code_object_sha256(kernel)
             if digest is not None:
                 self.hashes[spec.name] = digest
+
+    def unordered_outputs(self) -> list[str]:
+        """The outputs the launched kernels add up in no fixed order, as the package declares
+        them (mha.launch.unordered_outputs; a package without the declaration declares none)."""
+        declare = getattr(importlib.import_module("mha.launch"), "unordered_outputs", None)
+        return list(declare(sorted(self.names))) if declare is not None else []
 
     def __enter__(self) -> "LaunchRecorder":
         # An older checkout's mha (a `perf measure --against` base, a bisect build) may predate
@@ -680,6 +688,10 @@ def _measure_entry(torch, timer, args, method: Method, n: int, entry: dict, kern
                     record["numerics"] = numerics.capture(torch, shape, key, make_inputs, args.device, save_to)
                 if launched.hashes:
                     record["numerics"]["code_objects"] = dict(sorted(launched.hashes.items()))
+                # outputs the launched kernels add up in no fixed order (the single-pass dQ)
+                unordered = launched.unordered_outputs()
+                if unordered:
+                    record["numerics"]["unordered_outputs"] = unordered
                 if record["numerics"]["error"]:
                     note += f"  numerics: {record['numerics']['error'][:60]}"
                 if args.device == "cuda":

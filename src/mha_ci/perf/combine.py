@@ -23,7 +23,8 @@ nearest the median; a failed shape, the first run's), without `versus` (that com
 with another base, not the baseline with anything). Runs of one build on inputs of one seed must
 give the same bits; when two of them digest an output differently the shape's numerics get an
 `error` ("runs disagree: ..."), so the gate reads them as unmeasured rather than pick one side of
-a nondeterministic kernel as the truth. `roll` carries the new run's numerics as they are: the
+a nondeterministic kernel as the truth; outputs a run declares `unordered_outputs` (added up in
+no fixed order by design) are left out of that check. `roll` carries the new run's numerics as they are: the
 older runs in the history may time other code, whose bits may differ on purpose.
 """
 from __future__ import annotations
@@ -138,7 +139,11 @@ def _disagreement(entries: list[dict], names: list[str]) -> str | None:
         if not isinstance(numerics, dict) or numerics.get("error") is not None:
             continue
         outputs = numerics.get("outputs")
+        unordered = numerics.get("unordered_outputs")
+        by_design = set(unordered) if isinstance(unordered, list) else set()
         for output, digest in sorted(outputs.items() if isinstance(outputs, dict) else ()):
+            if output in by_design:     # added up in no fixed order: other bits are no disagreement
+                continue
             sha = digest.get("sha256") if isinstance(digest, dict) else None
             if not isinstance(sha, str):
                 continue

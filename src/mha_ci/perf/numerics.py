@@ -20,7 +20,10 @@ math done in the input dtype, at least a dtype floor). The head document of `per
                     same inputs: a different seed or another set of outputs cannot be identical.
   nondeterministic  both sides launched the same code objects (`same_code`) on the same inputs
                     and the bits differ. Red: identical code on identical inputs must give
-                    identical bits, or every digest comparison downstream is noise.
+                    identical bits, or every digest comparison downstream is noise. Outputs a
+                    side declares `unordered_outputs` (added up in no fixed order by design, as
+                    the single-pass backward's dQ: mha.launch.UNORDERED_OUTPUTS) are exempt:
+                    when only they differ, the shape goes on to the error ratios below.
   unmeasured        neither identical nor nondeterministic, and no output has reference errors
                     on both sides to set against each other.
   less-accurate     not identical, and for some output head rms_rel / base rms_rel exceeds
@@ -103,8 +106,8 @@ def classify(base: dict | None, head: dict | None, same_code: bool | None, *, fa
 def _classify(base_n: dict | None, head_n: dict, base_err: dict | None, head_err: dict, same_code: bool | None, *,
               factor: float, floor: float, base_commit: str | None, base_why: str, errors_why: str) -> NumericsVerdict:
     """classify's rules on the records' numerics and errors, read once by classify."""
-    identity, max_ulp, identity_why = (_identity(base_n, head_n, base_commit) if base_n is not None
-                                       else (None, None, base_why))
+    identity, differing, max_ulp, identity_why = (_identity(base_n, head_n, base_commit) if base_n is not None
+                                                  else (None, [], None, base_why))
     beyond = _beyond_tolerance(head_err)
     if beyond:
         name, ratio, detail = beyond
@@ -116,6 +119,12 @@ def _classify(base_n: dict | None, head_n: dict, base_err: dict | None, head_err
         return NumericsVerdict(WRONG, name, ratio, max_ulp, "; ".join([detail, *also]))
     if base_n is None:
         return NumericsVerdict(UNMEASURED, max_ulp=max_ulp, reason=base_why)
+    unordered: frozenset[str] = frozenset()
+    for side, n in (("base", base_n), ("head", head_n)):
+        declared, why = _unordered(n, side)
+        if declared is None:
+            return NumericsVerdict(UNMEASURED, max_ulp=max_ulp, reason=why)
+        unordered |= declared
     ratios = {} if base_err is None else {
         name: max(head_err[name]["rms_rel"], floor) / max(base_err[name]["rms_rel"], floor)
         for name in sorted(set(head_err) & set(base_err))}
@@ -128,13 +137,19 @@ def _classify(base_n: dict | None, head_n: dict, base_err: dict | None, head_err
     codes = [n.get("code_objects") for n in (base_n, head_n)]
     if all(isinstance(c, dict) and c for c in codes):
         same_code = codes[0] == codes[1]
-    if same_code and identity is False:
+    # Only outputs added up in no fixed order differ: same code may give other bits there, so
+    # their errors, not their bits, decide.
+    by_design = identity is False and set(differing) <= unordered
+    if same_code and identity is False and not by_design:
         return NumericsVerdict(NONDETERMINISTIC, worst, ratio, max_ulp,
                                f"same code objects on the same inputs, different bits ({identity_why})")
     if worst is None or ratio is None:
         return NumericsVerdict(UNMEASURED, max_ulp=max_ulp,
                                reason=errors_why or "no output has a reference error on both sides")
-    undecided = f"; {identity_why}" if identity is None else ""
+    if by_design:
+        undecided = f"; {', '.join(differing)} added up in no fixed order (unordered_outputs): {identity_why}"
+    else:
+        undecided = f"; {identity_why}" if identity is None else ""
     if ratio > factor:
         return NumericsVerdict(LESS_ACCURATE, worst, ratio, max_ulp,
                                f"{worst} rms_rel x{ratio:.2f} of the base's (> x{factor:g}){undecided}")
@@ -208,9 +223,9 @@ def _beyond_tolerance(errors: dict[str, dict]) -> tuple[str, float | None, str] 
     return None if worst is None else worst[1:]
 
 
-def _identity(base: dict, head: dict, base_commit: str | None) -> tuple[bool | None, int | None, str]:
-    """(whether every output is bitwise equal - None when the records cannot say -, the largest
-    ulp distance where known, how that was read)."""
+def _identity(base: dict, head: dict, base_commit: str | None) -> tuple[bool | None, list[str], int | None, str]:
+    """(whether every output is bitwise equal - None when the records cannot say -, the outputs
+    that differ, the largest ulp distance where known, how that was read)."""
     versus = head.get("versus")
     head_outputs = _outputs(head)
     if (isinstance(versus, dict) and versus.get("side") == "base" and base_commit
@@ -221,20 +236,29 @@ def _identity(base: dict, head: dict, base_commit: str | None) -> tuple[bool | N
             max_ulp = max(ulps) if ulps else None
             differing = sorted(name for name, c in compared.items() if c.get("identical") is not True)
             if not differing:
-                return True, max_ulp, "every output bitwise equal (compared against the base)"
-            return False, max_ulp, "differ: " + ", ".join(differing)
+                return True, [], max_ulp, "every output bitwise equal (compared against the base)"
+            return False, differing, max_ulp, "differ: " + ", ".join(differing)
     if base.get("seed") != head.get("seed"):
-        return None, None, f"seeds differ ({base.get('seed')!r} and {head.get('seed')!r}): identity not decidable"
+        return None, [], None, f"seeds differ ({base.get('seed')!r} and {head.get('seed')!r}): identity not decidable"
     base_outputs = _outputs(base)
     if not head_outputs or set(base_outputs) != set(head_outputs):
-        return None, None, "the two sides digest different outputs: identity not decidable"
+        return None, [], None, "the two sides digest different outputs: identity not decidable"
     digests = {name: (_sha(base_outputs[name]), _sha(head_outputs[name])) for name in head_outputs}
     if any(b is None or h is None for b, h in digests.values()):
-        return None, None, "an output lacks its sha256: identity not decidable"
+        return None, [], None, "an output lacks its sha256: identity not decidable"
     differing = sorted(name for name, (b, h) in digests.items() if b != h)
     if not differing:
-        return True, None, "every output's sha256 equal"
-    return False, None, "sha256 differ: " + ", ".join(differing)
+        return True, [], None, "every output's sha256 equal"
+    return False, differing, None, "sha256 differ: " + ", ".join(differing)
+
+
+def _unordered(numerics: dict, side: str) -> tuple[frozenset[str] | None, str]:
+    """The outputs the side declares added up in no fixed order (`unordered_outputs`; absent:
+    none), or None and why when the declaration is malformed."""
+    names = numerics.get("unordered_outputs", [])
+    if not isinstance(names, list) or not all(isinstance(name, str) and name for name in names):
+        return None, f"{side} unordered_outputs is not a list of output names: {names!r:.60}"
+    return frozenset(names), ""
 
 
 def _outputs(numerics: dict) -> dict:

@@ -190,6 +190,34 @@ def test_launch_recorder_times_an_mha_that_predates_the_observers(monkeypatch):
     assert new_launch.LAUNCH_OBSERVERS == []
 
 
+def test_launch_recorder_names_the_outputs_the_package_declares_unordered(monkeypatch):
+    """The numerics record's `unordered_outputs` come from the package's own declaration, for
+    every kernel launched (the interpreter's too, which have no code object); a package without
+    the declaration declares none."""
+    import sys
+    import types
+
+    from mha_ci.payloads.perf import LaunchRecorder
+
+    launch = types.ModuleType("mha.launch")
+    launch.LAUNCH_OBSERVERS = []
+    launch.unordered_outputs = lambda names: sorted({"dq"} if "bwd_dkdv_dq" in names else set())
+    monkeypatch.setitem(sys.modules, "mha", types.ModuleType("mha"))
+    monkeypatch.setitem(sys.modules, "mha.launch", launch)
+    spec = lambda name: types.SimpleNamespace(name=name)   # noqa: E731
+    with LaunchRecorder() as single_pass:
+        for name in ("bwd_preprocess", "bwd_dkdv_dq"):
+            for observer in launch.LAUNCH_OBSERVERS:
+                observer(spec(name), object())          # no code object: the interpreter
+    assert single_pass.hashes == {} and single_pass.unordered_outputs() == ["dq"]
+    with LaunchRecorder() as two_kernels:
+        for observer in launch.LAUNCH_OBSERVERS:
+            observer(spec("bwd_dkdv"), object())
+    assert two_kernels.unordered_outputs() == []
+    del launch.unordered_outputs                        # an older package
+    assert single_pass.unordered_outputs() == []
+
+
 def test_precompile_deals_shapes_round_robin_to_workers():
     from mha_ci.payloads import perf_precompile as pre
 

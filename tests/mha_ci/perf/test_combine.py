@@ -154,6 +154,16 @@ def test_runs_that_disagree_on_the_bits_make_the_shape_unmeasured():
     assert any(f.startswith("numerics not measured for 2 shape(s)") for f in c.failures)
 
 
+def test_an_output_declared_unordered_may_differ_between_runs_the_others_may_not():
+    unordered = lambda num: {**num, "unordered_outputs": ["lse"]}     # noqa: E731
+    out = combine(_runs_with_numerics([unordered(numerics()), unordered(numerics(sha={"lse": "x"})),
+                                       unordered(numerics())]))
+    assert out["results"][0]["numerics"]["error"] is None
+    out = combine(_runs_with_numerics([unordered(numerics()), unordered(numerics(sha={"out": "x"})),
+                                       unordered(numerics())]))
+    assert out["results"][0]["numerics"]["error"].startswith("runs disagree: out of seed 7")
+
+
 def test_runs_on_other_seeds_are_not_a_disagreement():
     out = combine(_runs_with_numerics([numerics(seed=1), numerics(seed=2, sha="x"), numerics(seed=1)]))
     assert out["results"][0]["numerics"]["error"] is None

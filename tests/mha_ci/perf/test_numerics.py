@@ -90,6 +90,45 @@ def test_same_code_with_other_bits_is_nondeterministic():
     assert v.class_ == n.NONDETERMINISTIC and "lse" in v.reason
 
 
+def unordered(num: dict, names=("dq",)) -> dict:
+    return {**num, "unordered_outputs": list(names)}
+
+
+BWD = ("out", "lse", "dq", "dk", "dv")
+
+
+def test_an_output_declared_unordered_may_differ_on_the_same_code():
+    base = unordered(numerics(names=BWD))
+    head = unordered(numerics(names=BWD, sha={"dq": "x"}))
+    v = judge(rec(base), rec(head), same_code=True)
+    assert v.class_ == n.REORDERED and "dq added up in no fixed order (unordered_outputs)" in v.reason
+    # declared by either side is enough: the base may be the two-kernel path
+    assert judge(rec(numerics(names=BWD)), rec(head), same_code=True).class_ == n.REORDERED
+    # its errors still judge it
+    worse = unordered(numerics(names=BWD, sha={"dq": "x"}, rms={"dq": 2e-3}))
+    assert judge(rec(base), rec(worse), same_code=True).class_ == n.LESS_ACCURATE
+    assert judge(rec(base), rec(unordered(numerics(names=BWD, sha={"dq": "x"}, max_abs={"dq": 1.0}))),
+                 same_code=True).class_ == n.WRONG
+
+
+def test_an_ordered_output_that_differs_on_the_same_code_is_still_nondeterministic():
+    head = unordered(numerics(names=BWD, sha={"dq": "x", "dk": "y"}))
+    v = judge(rec(unordered(numerics(names=BWD))), rec(head), same_code=True)
+    assert v.class_ == n.NONDETERMINISTIC and "dk" in v.reason
+    # the control: undeclared, a differing dq on the same code is nondeterministic
+    v = judge(rec(numerics(names=BWD)), rec(numerics(names=BWD, sha={"dq": "x"})), same_code=True)
+    assert v.class_ == n.NONDETERMINISTIC
+
+
+def test_a_malformed_unordered_declaration_is_unmeasured_but_wrong_comes_first():
+    for bad in ("dq", [""], [1], None):
+        head = {**numerics(names=BWD, sha={"dq": "x"}), "unordered_outputs": bad}
+        v = judge(rec(numerics(names=BWD)), rec(head), same_code=True)
+        assert v.class_ == n.UNMEASURED and "unordered_outputs" in v.reason
+    head = {**numerics(names=BWD, max_abs={"dq": 1.0}), "unordered_outputs": "dq"}
+    assert judge(rec(numerics(names=BWD)), rec(head)).class_ == n.WRONG
+
+
 def test_same_code_on_other_seeds_is_not_called_nondeterministic():
     v = judge(rec(numerics(seed=1)), rec(numerics(seed=2, sha="x")), same_code=True)
     assert v.class_ == n.REORDERED and "identity not decidable" in v.reason
