@@ -243,6 +243,14 @@ def test_same_code_but_other_bits_fails_the_gate():
     assert any(f.startswith(f"nondeterministic: {KEYS[0]}: same code objects") for f in c.failures)
 
 
+def test_same_code_with_other_bits_only_in_an_unordered_output_passes_the_gate():
+    declared = {"unordered_outputs": ["out"]}
+    c = pair([numerics(sha={"out": "x"}) | declared, numerics()], bases=[numerics() | declared, numerics()],
+             codes=("k1", "k1"))
+    assert c.shapes[0].same_code and c.shapes[0].numerics.class_ == n.REORDERED
+    assert not c.gate_failed and not c.failures
+
+
 def test_a_wrong_shape_fails_the_gate_whatever_its_speed():
     c = pair([numerics(max_abs={"out": 1.0}), numerics()])
     assert c.summary["ok"] == 2 and any(f.startswith(f"wrong result: {KEYS[0]}") for f in c.failures)
