@@ -24,8 +24,9 @@ with another base, not the baseline with anything). Runs of one build on inputs 
 give the same bits; when two of them digest an output differently the shape's numerics get an
 `error` ("runs disagree: ..."), so the gate reads them as unmeasured rather than pick one side of
 a nondeterministic kernel as the truth; outputs a run declares `unordered_outputs` (added up in
-no fixed order by design) are left out of that check. `roll` carries the new run's numerics as they are: the
-older runs in the history may time other code, whose bits may differ on purpose.
+no fixed order by design, mha_ci.perf.numerics.declared_unordered) are left out of that check.
+`roll` carries the new run's numerics as they are: the older runs in the history may time other
+code, whose bits may differ on purpose.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ import statistics
 from mha_ci.errors import ConfigError
 from mha_ci.perf import comparable
 from mha_ci.perf.document import SCHEMA
+from mha_ci.perf.numerics import declared_unordered
 
 MIN_RUNS = 2
 RUN_FACTS = ("date", "commit", "driver", "sm_clock_mhz", "pins_checked")
@@ -139,8 +141,7 @@ def _disagreement(entries: list[dict], names: list[str]) -> str | None:
         if not isinstance(numerics, dict) or numerics.get("error") is not None:
             continue
         outputs = numerics.get("outputs")
-        unordered = numerics.get("unordered_outputs")
-        by_design = set(unordered) if isinstance(unordered, list) else set()
+        by_design = declared_unordered(numerics) or frozenset()
         for output, digest in sorted(outputs.items() if isinstance(outputs, dict) else ()):
             if output in by_design:     # added up in no fixed order: other bits are no disagreement
                 continue

@@ -121,9 +121,10 @@ def _classify(base_n: dict | None, head_n: dict, base_err: dict | None, head_err
         return NumericsVerdict(UNMEASURED, max_ulp=max_ulp, reason=base_why)
     unordered: frozenset[str] = frozenset()
     for side, n in (("base", base_n), ("head", head_n)):
-        declared, why = _unordered(n, side)
+        declared = declared_unordered(n)
         if declared is None:
-            return NumericsVerdict(UNMEASURED, max_ulp=max_ulp, reason=why)
+            return NumericsVerdict(UNMEASURED, max_ulp=max_ulp, reason=f"{side} unordered_outputs is not a list of "
+                                   f"output names: {n.get('unordered_outputs')!r:.60}")
         unordered |= declared
     ratios = {} if base_err is None else {
         name: max(head_err[name]["rms_rel"], floor) / max(base_err[name]["rms_rel"], floor)
@@ -252,13 +253,14 @@ def _identity(base: dict, head: dict, base_commit: str | None) -> tuple[bool | N
     return False, differing, None, "sha256 differ: " + ", ".join(differing)
 
 
-def _unordered(numerics: dict, side: str) -> tuple[frozenset[str] | None, str]:
-    """The outputs the side declares added up in no fixed order (`unordered_outputs`; absent:
-    none), or None and why when the declaration is malformed."""
+def declared_unordered(numerics: dict) -> frozenset[str] | None:
+    """The outputs a numerics record declares added up in no fixed order (`unordered_outputs`,
+    written by the perf payload from mha.launch.unordered_outputs; absent: none), or None when
+    the declaration is malformed."""
     names = numerics.get("unordered_outputs", [])
     if not isinstance(names, list) or not all(isinstance(name, str) and name for name in names):
-        return None, f"{side} unordered_outputs is not a list of output names: {names!r:.60}"
-    return frozenset(names), ""
+        return None
+    return frozenset(names)
 
 
 def _outputs(numerics: dict) -> dict:
