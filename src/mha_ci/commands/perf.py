@@ -371,7 +371,7 @@ def cmd_calibrate(args) -> int:
 def cmd_combine(args) -> int:
     policy = gate_policy(load_pipeline(args.root).perf)
     doc = combine([load_perf(p) for p in args.runs], names=[str(p) for p in args.runs],
-                  max_noise_pct=policy.invalid_noise_pct)
+                  max_noise_pct=policy.invalid_noise_pct, may_be_unordered=frozenset(policy.may_be_unordered))
     write_json(args.out, doc)
     noisy = sorted((r["stats"]["between_run_noise_pct"] or 0.0, r["key"]) for r in doc["results"] if r.get("stats"))[-5:]
     print(f"mha-ci perf: {len(doc['results'])} shapes from {len(args.runs)} runs -> {args.out}; "

@@ -107,6 +107,11 @@ class NumericsSpec(_Strict):
     # The smallest rms_rel a ratio is taken of, so an exact output divides by something; from
     # 1e-2 up it would hide the whole error of a bf16 result.
     error_floor: Number = Field(gt=0, lt=1e-2)
+    # Outputs the gate lets differ from run to run on the same code when the kernel package
+    # declares them added up in no fixed order (mha.launch.UNORDERED_OUTPUTS). The allowance is
+    # the gate's, read from the judging checkout (--gate-from), not the declaration's: code under
+    # test that declared more would only exempt what this list allows.
+    may_be_unordered: list[Literal["out", "lse", "dq", "dk", "dv", "dsink"]] = Field(default_factory=list)
 
 
 class PerfFile(_Strict):

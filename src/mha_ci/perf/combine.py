@@ -24,7 +24,8 @@ with another base, not the baseline with anything). Runs of one build on inputs 
 give the same bits; when two of them digest an output differently the shape's numerics get an
 `error` ("runs disagree: ..."), so the gate reads them as unmeasured rather than pick one side of
 a nondeterministic kernel as the truth; outputs a run declares `unordered_outputs` (added up in
-no fixed order by design, mha_ci.perf.numerics.declared_unordered) are left out of that check.
+no fixed order by design, mha_ci.perf.numerics.declared_unordered) and perf.yaml allows
+(numerics.may_be_unordered) are left out of that check.
 `roll` carries the new run's numerics as they are: the older runs in the history may time other
 code, whose bits may differ on purpose.
 """
@@ -60,8 +61,11 @@ def _pinned_only_if_every_run_was(provenance: dict) -> None:
         provenance["unpinned_runs"] = unpinned
 
 
-def combine(docs: list[dict], names: list[str] | None = None, max_noise_pct: float = 5.0) -> dict:
-    """One baseline document from `docs` (mha-ci.perf/1, same toolchain, GPU, kernel, method)."""
+def combine(docs: list[dict], names: list[str] | None = None, max_noise_pct: float = 5.0,
+            may_be_unordered: frozenset[str] = frozenset()) -> dict:
+    """One baseline document from `docs` (mha-ci.perf/1, same toolchain, GPU, kernel, method).
+    `may_be_unordered` (perf.yaml numerics.may_be_unordered): the declared unordered outputs that
+    may differ between runs."""
     names = names or [f"run {i + 1}" for i in range(len(docs))]
     if len(docs) < MIN_RUNS:
         raise ConfigError(f"combine needs at least {MIN_RUNS} runs, got {len(docs)}")
@@ -77,7 +81,8 @@ def combine(docs: list[dict], names: list[str] | None = None, max_noise_pct: flo
         if sorted(e["key"] for e in doc["results"]) != sorted(keys):
             raise ConfigError(f"{name} does not measure the same shapes as {names[0]}")
     by_key = [{e["key"]: e for e in doc["results"]} for doc in docs]
-    results = [_combine_shape([runs[key] for runs in by_key], names, max_noise_pct) for key in keys]
+    results = [_combine_shape([runs[key] for runs in by_key], names, max_noise_pct, may_be_unordered)
+               for key in keys]
     provenance = dict(first["provenance"])
     provenance["date"] = max(d["provenance"].get("date") or "" for d in docs)
     provenance["combined_runs"] = [_run_record(name, d["provenance"]) for name, d in zip(names, docs)]
@@ -95,13 +100,14 @@ def method_core(method: dict) -> tuple:
                                       "l2_flush", "seed")), bool(method.get("relayout", False)))
 
 
-def _combine_shape(entries: list[dict], names: list[str], max_noise_pct: float) -> dict:
+def _combine_shape(entries: list[dict], names: list[str], max_noise_pct: float,
+                   may_be_unordered: frozenset[str]) -> dict:
     ok = [e for e in entries if e.get("stats")]
     if len(ok) < len(entries):
         # One failed run makes the shape's baseline unknown, not quietly thinner.
         errors = "; ".join(e.get("error") or "?" for e in entries if not e.get("stats"))
         base = {k: v for k, v in entries[0].items() if k not in ("stats", "error")}
-        base = _with_numerics(base, entries, names)
+        base = _with_numerics(base, entries, names, may_be_unordered)
         return {**base, "stats": None, "error": f"failed in {len(entries) - len(ok)} of {len(entries)} runs: {errors}"[:500]}
     kept = [e for e in ok if e["stats"]["noise_pct"] <= max_noise_pct] or ok
     dropped = len(kept) < len(ok)
@@ -116,23 +122,24 @@ def _combine_shape(entries: list[dict], names: list[str], max_noise_pct: float) 
     stats["run_trimmed_means_us"] = [round(v, 3) for v in values]
     if dropped:
         stats["runs_left_out"] = {name: e["stats"]["trimmed_mean_us"] for name, e in zip(names, entries) if e not in kept}
-    kept_entry = _with_numerics({k: v for k, v in nearest.items() if k != "stats"}, entries, names)
+    kept_entry = _with_numerics({k: v for k, v in nearest.items() if k != "stats"}, entries, names,
+                                may_be_unordered)
     return {**kept_entry, "stats": stats, "error": None}
 
 
-def _with_numerics(entry: dict, entries: list[dict], names: list[str]) -> dict:
+def _with_numerics(entry: dict, entries: list[dict], names: list[str], may_be_unordered: frozenset[str]) -> dict:
     """`entry` (one run's record) with its numerics as a baseline holds them (module docstring)."""
     numerics = entry.get("numerics")
     if not isinstance(numerics, dict):
         return entry
     numerics = {k: v for k, v in numerics.items() if k != "versus"}
-    disagreement = _disagreement(entries, names)
+    disagreement = _disagreement(entries, names, may_be_unordered)
     if disagreement and numerics.get("error") is None:
         numerics["error"] = f"runs disagree: {disagreement}"[:500]
     return {**entry, "numerics": numerics}
 
 
-def _disagreement(entries: list[dict], names: list[str]) -> str | None:
+def _disagreement(entries: list[dict], names: list[str], may_be_unordered: frozenset[str]) -> str | None:
     """Which runs digest an output of one seed differently, or None when they all agree."""
     first: dict[tuple, tuple[str, str]] = {}       # (seed, output) -> (run, sha256) first seen
     clashes = []
@@ -141,7 +148,7 @@ def _disagreement(entries: list[dict], names: list[str]) -> str | None:
         if not isinstance(numerics, dict) or numerics.get("error") is not None:
             continue
         outputs = numerics.get("outputs")
-        by_design = declared_unordered(numerics) or frozenset()
+        by_design = (declared_unordered(numerics) or frozenset()) & may_be_unordered
         for output, digest in sorted(outputs.items() if isinstance(outputs, dict) else ()):
             if output in by_design:     # added up in no fixed order: other bits are no disagreement
                 continue

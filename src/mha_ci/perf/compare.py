@@ -89,6 +89,8 @@ class GatePolicy:
     # Every judged shape must carry numerics (perf measure --against: both sides ran the payload
     # that measures them). Without it they are required only when the candidate has any.
     require_numerics: bool
+    # numerics: outputs that may differ on the same code where the kernel declares them unordered
+    may_be_unordered: tuple[str, ...] = ()
 
     def threshold_pct(self, noise_base: float, noise_cand: float) -> float:
         return max(self.floor_pct, self.k * math.hypot(noise_base, noise_cand))
@@ -328,7 +330,8 @@ def _with_numerics(verdict: ShapeVerdict, b: dict | None, c: dict | None, policy
     if not (required or numerics.has_numerics(b) or numerics.has_numerics(c)):
         return verdict
     judged = numerics.classify(b, c, verdict.same_code, factor=policy.less_accurate_factor,
-                               floor=policy.error_floor, base_commit=base_commit)
+                               floor=policy.error_floor, base_commit=base_commit,
+                               may_be_unordered=frozenset(policy.may_be_unordered))
     accepted = judged.class_ == numerics.LESS_ACCURATE and any(fnmatchcase(verdict.key, g) for g in globs)
     return replace(verdict, numerics=judged, numerics_accepted=accepted)
 

@@ -22,7 +22,7 @@ def gate_policy(spec: PerfFile) -> GatePolicy:
                       fail_on_stall=g.fail_on_stall, fail_on_invalid=g.fail_on_invalid,
                       max_invalid_pct=g.max_invalid_pct,
                       less_accurate_factor=n.less_accurate_factor, error_floor=n.error_floor,
-                      require_numerics=False)
+                      require_numerics=False, may_be_unordered=tuple(sorted(n.may_be_unordered)))
 
 
 def against_policy(gate: GatePolicy, spec: PerfFile) -> GatePolicy:

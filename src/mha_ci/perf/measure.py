@@ -153,7 +153,8 @@ def measure_repeated(request: PerfRequest, inputs: PayloadInputs, log_prefix: st
     runs = [run_payload(request, inputs, PayloadCall(request.toolchain, out_name=f"perf-run{i}.json",
                                                      log_prefix=f"{log_prefix} run {i}/{repeat}"))
             for i in range(1, repeat + 1)]
-    doc = combine(runs, names=[f"run {i}" for i in range(1, repeat + 1)], max_noise_pct=request.gate.invalid_noise_pct)
+    doc = combine(runs, names=[f"run {i}" for i in range(1, repeat + 1)], max_noise_pct=request.gate.invalid_noise_pct,
+                  may_be_unordered=frozenset(request.gate.may_be_unordered))
     write_json(request.out_dir / inputs.rel / "perf.json", doc)
     return doc
 

@@ -22,8 +22,9 @@ math done in the input dtype, at least a dtype floor). The head document of `per
                     and the bits differ. Red: identical code on identical inputs must give
                     identical bits, or every digest comparison downstream is noise. Outputs a
                     side declares `unordered_outputs` (added up in no fixed order by design, as
-                    the single-pass backward's dQ: mha.launch.UNORDERED_OUTPUTS) are exempt:
-                    when only they differ, the shape goes on to the error ratios below.
+                    the single-pass backward's dQ: mha.launch.UNORDERED_OUTPUTS) and the gate
+                    allows (perf.yaml numerics.may_be_unordered) are exempt: when only they
+                    differ, the shape goes on to the error ratios below.
   unmeasured        neither identical nor nondeterministic, and no output has reference errors
                     on both sides to set against each other.
   less-accurate     not identical, and for some output head rms_rel / base rms_rel exceeds
@@ -81,11 +82,12 @@ def has_numerics(record: dict | None) -> bool:
 
 
 def classify(base: dict | None, head: dict | None, same_code: bool | None, *, factor: float, floor: float,
-             base_commit: str | None = None) -> NumericsVerdict:
+             base_commit: str | None = None, may_be_unordered: frozenset[str] = frozenset()) -> NumericsVerdict:
     """The class of one shape (module docstring) from its base and head result records (either
     may be None: not measured). `base_commit` is the base document's commit: the head's `versus`
-    is used only when it was taken against that commit. The verdict carries each side's rms_rel
-    of its worst output."""
+    is used only when it was taken against that commit. `may_be_unordered` (perf.yaml
+    numerics.may_be_unordered) bounds which declared unordered outputs are honoured. The verdict
+    carries each side's rms_rel of its worst output."""
     head_n, why = _numerics(head, "head")
     if head_n is None:
         return NumericsVerdict(UNMEASURED, reason=why)
@@ -95,7 +97,8 @@ def classify(base: dict | None, head: dict | None, same_code: bool | None, *, fa
     base_n, base_why = _numerics(base, "base")
     base_err, errors_why = _errors(base_n, "base") if base_n is not None else (None, base_why)
     verdict = _classify(base_n, head_n, base_err, head_err, same_code, factor=factor, floor=floor,
-                        base_commit=base_commit, base_why=base_why, errors_why=errors_why)
+                        base_commit=base_commit, base_why=base_why, errors_why=errors_why,
+                        may_be_unordered=may_be_unordered)
     name = verdict.worst_output
     if name is None:
         return verdict
@@ -104,7 +107,8 @@ def classify(base: dict | None, head: dict | None, same_code: bool | None, *, fa
 
 
 def _classify(base_n: dict | None, head_n: dict, base_err: dict | None, head_err: dict, same_code: bool | None, *,
-              factor: float, floor: float, base_commit: str | None, base_why: str, errors_why: str) -> NumericsVerdict:
+              factor: float, floor: float, base_commit: str | None, base_why: str, errors_why: str,
+              may_be_unordered: frozenset[str]) -> NumericsVerdict:
     """classify's rules on the records' numerics and errors, read once by classify."""
     identity, differing, max_ulp, identity_why = (_identity(base_n, head_n, base_commit) if base_n is not None
                                                   else (None, [], None, base_why))
@@ -138,12 +142,15 @@ def _classify(base_n: dict | None, head_n: dict, base_err: dict | None, head_err
     codes = [n.get("code_objects") for n in (base_n, head_n)]
     if all(isinstance(c, dict) and c for c in codes):
         same_code = codes[0] == codes[1]
-    # Only outputs added up in no fixed order differ: same code may give other bits there, so
-    # their errors, not their bits, decide.
-    by_design = identity is False and set(differing) <= unordered
+    # Only outputs added up in no fixed order differ, declared so and allowed by the gate: same
+    # code may give other bits there, so their errors, not their bits, decide.
+    by_design = identity is False and set(differing) <= unordered & may_be_unordered
     if same_code and identity is False and not by_design:
+        refused = sorted(set(differing) & (unordered - may_be_unordered))
+        not_allowed = (f"; declared unordered but not in perf.yaml numerics.may_be_unordered: {', '.join(refused)}"
+                       if refused else "")
         return NumericsVerdict(NONDETERMINISTIC, worst, ratio, max_ulp,
-                               f"same code objects on the same inputs, different bits ({identity_why})")
+                               f"same code objects on the same inputs, different bits ({identity_why}){not_allowed}")
     if worst is None or ratio is None:
         return NumericsVerdict(UNMEASURED, max_ulp=max_ulp,
                                reason=errors_why or "no output has a reference error on both sides")

@@ -42,6 +42,15 @@ def test_validate_refuses_a_numerics_setting_out_of_bounds(pipeline_root, capsys
     assert "perf.yaml" in err and "numerics" in err and phrase in err, err
 
 
+@pytest.mark.parametrize("new", ["may_be_unordered: [dq, dz]", "may_be_unordered: dq", "may_be_unordered: [1]"],
+                         ids=["unknown-output", "not-a-list", "not-a-name"])
+def test_validate_refuses_an_allowance_that_names_no_output(pipeline_root, capsys, new):
+    _edit(pipeline_root, "may_be_unordered: [dq]", new)
+    assert main(["--root", str(pipeline_root), "validate"]) == ExitCode.CONFIG_ERROR
+    err = capsys.readouterr().err
+    assert "perf.yaml" in err and "may_be_unordered" in err, err
+
+
 def test_the_section_is_required(pipeline_root, capsys):
     _edit(pipeline_root, "numerics:", "numerics_gone:")
     assert main(["--root", str(pipeline_root), "validate"]) == ExitCode.CONFIG_ERROR

@@ -156,12 +156,20 @@ def test_runs_that_disagree_on_the_bits_make_the_shape_unmeasured():
 
 def test_an_output_declared_unordered_may_differ_between_runs_the_others_may_not():
     unordered = lambda num: {**num, "unordered_outputs": ["lse"]}     # noqa: E731
+    allowed = frozenset({"lse"})
     out = combine(_runs_with_numerics([unordered(numerics()), unordered(numerics(sha={"lse": "x"})),
-                                       unordered(numerics())]))
+                                       unordered(numerics())]), may_be_unordered=allowed)
     assert out["results"][0]["numerics"]["error"] is None
     out = combine(_runs_with_numerics([unordered(numerics()), unordered(numerics(sha={"out": "x"})),
-                                       unordered(numerics())]))
+                                       unordered(numerics())]), may_be_unordered=allowed)
     assert out["results"][0]["numerics"]["error"].startswith("runs disagree: out of seed 7")
+
+
+def test_a_declared_unordered_output_the_gate_does_not_allow_is_a_disagreement():
+    runs = _runs_with_numerics([{**numerics(), "unordered_outputs": ["lse"]},
+                                {**numerics(sha={"lse": "x"}), "unordered_outputs": ["lse"]},
+                                {**numerics(), "unordered_outputs": ["lse"]}])
+    assert combine(runs)["results"][0]["numerics"]["error"].startswith("runs disagree: lse of seed 7")
 
 
 def test_runs_on_other_seeds_are_not_a_disagreement():

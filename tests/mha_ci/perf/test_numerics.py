@@ -28,8 +28,9 @@ def rec(num: dict | None, code: str | None = None) -> dict:
     return out
 
 
-def judge(base, head, same_code=False, base_commit=BASE_SHA) -> NumericsVerdict:
-    return classify(base, head, same_code, factor=FACTOR, floor=FLOOR, base_commit=base_commit)
+def judge(base, head, same_code=False, base_commit=BASE_SHA, may_be_unordered=frozenset({"dq"})) -> NumericsVerdict:
+    return classify(base, head, same_code, factor=FACTOR, floor=FLOOR, base_commit=base_commit,
+                    may_be_unordered=may_be_unordered)
 
 
 # the classifier ---------------------------------------------------------------------------
@@ -118,6 +119,20 @@ def test_an_ordered_output_that_differs_on_the_same_code_is_still_nondeterminist
     # the control: undeclared, a differing dq on the same code is nondeterministic
     v = judge(rec(numerics(names=BWD)), rec(numerics(names=BWD, sha={"dq": "x"})), same_code=True)
     assert v.class_ == n.NONDETERMINISTIC
+
+
+def test_only_the_gates_allowance_is_honoured_not_the_declaration_alone():
+    base = unordered(numerics(names=BWD), names=("dq", "dk"))
+    head = unordered(numerics(names=BWD, sha={"dk": "x"}), names=("dq", "dk"))
+    v = judge(rec(base), rec(head), same_code=True)              # the gate allows dq only
+    assert v.class_ == n.NONDETERMINISTIC and "not in perf.yaml numerics.may_be_unordered: dk" in v.reason
+    dq_only = unordered(numerics(names=BWD, sha={"dq": "x"}))
+    assert judge(rec(base), rec(dq_only), same_code=True, may_be_unordered=frozenset()).class_ == n.NONDETERMINISTIC
+    assert judge(rec(base), rec(dq_only), same_code=True).class_ == n.REORDERED
+
+
+def test_the_pipelines_gate_allows_the_single_pass_dq_only():
+    assert gate().may_be_unordered == ("dq",)
 
 
 def test_a_malformed_unordered_declaration_is_unmeasured_but_wrong_comes_first():
@@ -246,7 +261,7 @@ def test_same_code_but_other_bits_fails_the_gate():
 def test_same_code_with_other_bits_only_in_an_unordered_output_passes_the_gate():
     declared = {"unordered_outputs": ["out"]}
     c = pair([numerics(sha={"out": "x"}) | declared, numerics()], bases=[numerics() | declared, numerics()],
-             codes=("k1", "k1"))
+             codes=("k1", "k1"), policy=gate(may_be_unordered=("out",)))
     assert c.shapes[0].same_code and c.shapes[0].numerics.class_ == n.REORDERED
     assert not c.gate_failed and not c.failures
 
