@@ -40,6 +40,13 @@ BOOLEAN_KEYS = ("warp_specialize", "single_pass")
 # need no mask. The warp-specialized forward runs one loop and so masks every block; it pays
 # only where nothing is masked (docs/configs.md, "Warp-specialized forward").
 UNMASKED = "unmasked"
+# A forward bucket may also hold `gluon`: a forward config of mha.kernels.forward_gluon plus
+# `"triton": "<version spec>"`, the toolchains that run it (Gluon's API is experimental and moves
+# between releases). Where the running Triton matches and the problem is one that kernel serves
+# (mha.launch.gluon_serves), it is used instead of the bucket's own config and of `unmasked`,
+# and the resolved config says so with `"gluon": true`; elsewhere it is ignored.
+GLUON = "gluon"
+GLUON_SHAPE = {"BLOCK_M": (128,), "BLOCK_N": (64, 128), "num_warps": (4,)}
 
 
 # What a value may be, for `config=` overrides (check_override). Tiles are powers of two
@@ -99,6 +106,8 @@ def load_arch_configs(arch: str) -> dict:
             _check_booleans(section[bucket], f"{path}: {pass_}.{bucket}")
             if UNMASKED in section[bucket]:
                 _check_unmasked(section[bucket][UNMASKED], pass_, f"{path}: {pass_}.{bucket}.{UNMASKED}")
+            if GLUON in section[bucket]:
+                _check_gluon(section[bucket][GLUON], pass_, f"{path}: {pass_}.{bucket}.{GLUON}")
     try:
         guards_mod.check_config(data, str(path), {p: keys_of(p) for p in PASSES}, select_bucket)
     except guards_mod.GuardError as exc:
@@ -116,6 +125,59 @@ def _check_unmasked(cfg, pass_: str, where: str) -> None:
     if missing or unknown:
         raise ConfigFileError(f"{where}: lacks keys {missing}" if missing else f"{where}: unknown keys {unknown}")
     _check_booleans(cfg, where)
+
+
+def _check_gluon(cfg, pass_: str, where: str) -> None:
+    if pass_ != "forward":
+        raise ConfigFileError(f"{where}: only forward buckets may hold {GLUON!r}")
+    if not isinstance(cfg, dict):
+        raise ConfigFileError(f"{where}: must be an object of forward config keys and 'triton', got {cfg!r}")
+    missing = [k for k in (*REQUIRED_KEYS[pass_], "triton") if k not in cfg]
+    unknown = sorted(set(cfg) - set(REQUIRED_KEYS[pass_]) - {"triton"})
+    if missing or unknown:
+        raise ConfigFileError(f"{where}: lacks keys {missing}" if missing else f"{where}: unknown keys {unknown}")
+    try:
+        guards_mod.version_matches(cfg["triton"], "0")
+    except guards_mod.GuardError as exc:
+        raise ConfigFileError(f"{where}: {exc}") from None
+    problem = gluon_shape_problem(cfg)
+    if problem:
+        raise ConfigFileError(f"{where}: {problem}")
+
+
+def gluon_shape_problem(cfg: dict) -> str | None:
+    """What in a Gluon forward config the kernel cannot run (its tile is two 64-row consumer
+    warpgroups of 4 warps); None when it can."""
+    for key, allowed in GLUON_SHAPE.items():
+        if cfg.get(key) not in allowed:
+            return f"the Gluon forward takes {key} in {list(allowed)}, got {cfg.get(key)!r}"
+    return None
+
+
+def gluon_selected(cfg: dict | None, version: str | None = None) -> bool:
+    """Whether a bucket's `gluon` config applies under Triton `version` (default: the running one)."""
+    version = version or triton_version()
+    return cfg is not None and version is not None and guards_mod.version_matches(cfg["triton"], version)
+
+
+GLUON_TILE_ROWS = 128   # mha.kernels.forward_gluon.BLOCK_M: the lengths it takes are multiples
+
+
+def gluon_serves(arch: str, dtype: str, dqk: int, dv: int, window: tuple[int, int], causal: bool,
+                 has_sink: bool, dropout: bool, varlen: bool) -> bool:
+    """The problems mha.kernels.forward_gluon computes: sm90, fp16/bf16, Dqk == Dv of 64 or 128,
+    dense, at most a causal band (a window (-1, 0) is one), no sink, no dropout. One rule for the
+    launch (mha.launch.gluon_serves) and the tuner, which must know which shapes a bucket's
+    `gluon` config takes from its own."""
+    return (arch == "sm90" and dtype in ("fp16", "bf16") and dqk == dv and dqk in (64, 128) and not varlen
+            and window[0] < 0 and window[1] <= 0 and not has_sink and not dropout)
+
+
+def gluon_lengths_ok(seqlen_q: int, seqlen_k: int, causal: bool) -> bool:
+    """The lengths it takes: positive multiples of its tile (descriptors over (B*S, H*D) views),
+    and for a causal band at least as many keys as queries (every row sees a key)."""
+    return (seqlen_q > 0 and seqlen_k > 0 and seqlen_q % GLUON_TILE_ROWS == 0 and seqlen_k % GLUON_TILE_ROWS == 0
+            and (not causal or seqlen_k >= seqlen_q))
 
 
 def _check_booleans(cfg: dict, where: str) -> None:
@@ -230,9 +292,9 @@ def _check_keys(part: Mapping, known: set[str], where: str, section: str | None)
     for key in part:
         if key in known:
             continue
-        if key == UNMASKED:
+        if key in (UNMASKED, GLUON):
             raise ConfigOverrideError(
-                f"{where}: {UNMASKED!r} is a config-file key (a bucket's config for the problems without a "
+                f"{where}: {key!r} is a config-file key (a bucket's config for the problems without a "
                 "band); an override serves the call it comes with: give the config keys themselves")
         other = [p for p in PASSES if p != section and key in keys_of(p)] if section else []
         if other:
@@ -286,7 +348,7 @@ def check_override(override, arch: str) -> dict[str, dict]:
 
 
 def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: float,
-            override: dict | None = None, banded: bool = True) -> tuple[str, dict]:
+            override: dict | None = None, banded: bool = True, gluon_serves: bool = False) -> tuple[str, dict]:
     """(bucket, config) for one pass: file bucket, then an explicit override, then the guards.
 
     An explicit `config=` dict wins over the file; it may hold the keys of both passes (those of
@@ -295,15 +357,23 @@ def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: flo
     so an override cannot launch a known miscompile (the tuner's candidates are overrides).
     `banded`: the problem has a causal or sliding-window band; a problem without one takes the
     bucket's `unmasked` config where it has one (before the override, which still wins).
+    `gluon_serves`: the problem is one mha.kernels.forward_gluon serves; it then takes the bucket's
+    `gluon` config where that names the running toolchain (the result holds `"gluon": True`).
     """
     bucket = select_bucket(pass_, dqk, dv, dtype, dropout_p)
     cfg = dict(load_arch_configs(arch)[pass_][bucket])
     unmasked = cfg.pop(UNMASKED, None)
+    gluon = cfg.pop(GLUON, None)
     if unmasked is not None and not banded:
         cfg = dict(unmasked)
+    if gluon_serves and gluon_selected(gluon):
+        cfg = {k: v for k, v in gluon.items() if k != "triton"} | {GLUON: True}
     if override is not None:
         mine = check_override(override, arch)[pass_]
         if mine:
             cfg.update(mine)
             bucket = f"{bucket}+override"
+            problem = gluon_shape_problem(cfg) if cfg.get(GLUON) else None
+            if problem:
+                raise ConfigOverrideError(f"config: {problem} (this problem runs the Gluon forward on this toolchain)")
     return bucket, apply_guards(pass_, arch, cfg, dqk, dv, dtype, banded or dropout_p > 0)

@@ -155,11 +155,12 @@ def reaches_bucket(guard: dict, bucket: str, select_bucket) -> bool:
 
 
 def _bucket_configs(section: dict):
-    """(bucket, config, suffix) of each bucket and of its `unmasked` config (mha.config)."""
+    """(bucket, config, suffix) of each bucket and of its `unmasked` and `gluon` configs (mha.config)."""
     for bucket, cfg in section.items():
         yield bucket, cfg, ""
-        if isinstance(cfg, dict) and isinstance(cfg.get("unmasked"), dict):
-            yield bucket, cfg["unmasked"], ".unmasked"
+        for sub in ("unmasked", "gluon"):
+            if isinstance(cfg, dict) and isinstance(cfg.get(sub), dict):
+                yield bucket, cfg[sub], "." + sub
 
 
 def check_config(data: dict, where: str, keys_of_pass: dict, select_bucket) -> list[dict]:

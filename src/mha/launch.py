@@ -81,6 +81,8 @@ class KernelSpec:
     num_stages: int
     bucket: str
     pass_: str
+    # Further launch options (the Gluon forward's maxnreg); the checksums' compile passes them too.
+    options: dict = field(default_factory=dict, hash=False)
 
 
 def _block_dim(d: int) -> int:
@@ -161,10 +163,40 @@ def _ordered(fn, signature: dict, constexprs: dict) -> dict:
     return {n: "constexpr" if n in constexprs else signature[n] for n in names}
 
 
+def gluon_serves(problem: Problem, arch: str) -> bool:
+    """Whether mha.kernels.forward_gluon can compute `problem` (for inputs that pass
+    gluon_inputs_ok): mha.config.gluon_serves."""
+    return config_mod.gluon_serves(arch, problem.dtype, problem.dqk, problem.dv, problem.window, problem.causal,
+                                   problem.has_sink, problem.dropout, problem.varlen)
+
+
+def gluon_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
+    """What the Gluon forward needs of the tensors themselves (mha.kernels.forward_gluon): on the
+    GPU, contiguous, TMA-readable, lengths it takes (mha.config.gluon_lengths_ok), and a grid
+    within CUDA's limits."""
+    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+    grid_y = seqlen_q // config_mod.GLUON_TILE_ROWS if causal else q.shape[0] * q.shape[2]   # its launch_grid
+    return (q.is_cuda and all(t.is_contiguous() for t in (q, k, v)) and tma_ready(q, k, v)
+            and config_mod.gluon_lengths_ok(seqlen_q, seqlen_k, causal) and grid_y <= MAX_GRID_YZ)
+
+
+def _gluon_spec(problem: Problem, bucket: str, cfg: dict) -> KernelSpec:
+    from .kernels import forward_gluon  # Triton with Gluon only: a config selected it for this toolchain
+    d = problem.dqk
+    constexprs = forward_gluon.constexprs(d, cfg["BLOCK_N"], cfg["num_stages"], problem.bound_right)
+    signature = forward_gluon.signature_types(problem.dtype, d, cfg["BLOCK_N"]) | {
+        "Lse": "*fp32", "qk_scale": "fp32", "seqlen_q": "i32", "seqlen_k": "i32", "num_heads_q": "i32", "group": "i32"}
+    fn = forward_gluon.attn_fwd_gluon
+    return KernelSpec("fwd_gluon", fn, _ordered(fn, signature, constexprs), constexprs, cfg["num_warps"],
+                      cfg["num_stages"], bucket, "forward", {"maxnreg": forward_gluon.MAXNREG})
+
+
 def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dict[str, KernelSpec]:
     """Specs of the kernels of `problem` on `arch`: "fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", and
     "bwd_dkdv_dq" where the backward config asks for a single pass (`single_pass`; used only when
-    the caller allows nondeterminism, see `backward`)."""
+    the caller allows nondeterminism, see `backward`), and "fwd_gluon" where the forward config
+    selects the Gluon forward for this problem and toolchain ("fwd" then runs the inputs it cannot
+    take, see `forward`)."""
     ptr = "*" + problem.dtype
     drop_p = 0.5 if problem.dropout else 0.0  # only its being > 0 matters to the bucket rule
     common = dict(
@@ -191,6 +223,11 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
         constexprs["WARP_SPECIALIZE"] = True
     specs["fwd"] = KernelSpec("fwd", fwd, _ordered(fwd, _fwd_signature(ptr), constexprs), constexprs,
                               cfg["num_warps"], cfg["num_stages"], bucket, "forward")
+    if gluon_serves(problem, arch):
+        bucket, cfg = config_mod.resolve("forward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config,
+                                         banded=problem.bound_left or problem.bound_right, gluon_serves=True)
+        if cfg.get(config_mod.GLUON):
+            specs["fwd_gluon"] = _gluon_spec(problem, bucket, cfg)
 
     bucket, cfg = config_mod.resolve("backward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config)
     pre = dict(HEAD_DV=problem.dv, BLOCK_DV=_block_dim(problem.dv), BLOCK_M=cfg["BLOCK_M2"],
@@ -218,13 +255,16 @@ def aligned_specialization(spec: KernelSpec) -> dict[str, str]:
     "aligned16" for pointers and strides (tt.divisibility=16), "none" for arguments the JIT does
     not specialize (do_not_specialize, floats) and for stride_lh (seqlen-valued, any value).
     """
-    dont = set(DO_NOT_SPECIALIZE[spec.name])
+    dont = (set(DO_NOT_SPECIALIZE[spec.name]) if spec.name in DO_NOT_SPECIALIZE
+            else {p.name for p in spec.fn.params if p.do_not_specialize})
     out = {}
     for name, ty in spec.signature.items():
         if ty == "constexpr":
             continue
         if ty.startswith("*"):
             out[name] = "aligned16"
+        elif ty.startswith("tensordesc"):
+            out[name] = "none"
         elif ty == "fp32" or name in dont or name == "stride_lh":
             out[name] = "none"
         else:
@@ -243,7 +283,8 @@ def _launch(spec: KernelSpec, grid: tuple, args: list) -> None:
         return
     params = [n for n, t in spec.signature.items() if t != "constexpr"]
     assert len(params) == len(args), (spec.name, len(params), len(args))
-    kernel = spec.fn[grid](*args, **spec.constexprs, num_warps=spec.num_warps, num_stages=spec.num_stages)
+    kernel = spec.fn[grid](*args, **spec.constexprs, num_warps=spec.num_warps, num_stages=spec.num_stages,
+                           **spec.options)
     if LAUNCH_OBSERVERS:
         for observe in LAUNCH_OBSERVERS:
             observe(spec, kernel)
@@ -357,7 +398,11 @@ def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
 
 
 def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_scale: float,
-            window: tuple[int, int], dropout_p: float, rng: tuple[int, int]):
+            window: tuple[int, int], dropout_p: float, rng: tuple[int, int], gluon: KernelSpec | None = None):
+    """(out, lse). `gluon`: kernel_specs' "fwd_gluon", run instead of `spec` where the inputs
+    allow it (gluon_inputs_ok); `spec` runs the others."""
+    if gluon is not None and gluon_inputs_ok(q, k, v, gluon.constexprs["CAUSAL"]):
+        return forward_gluon(gluon, geo, q, k, v, softmax_scale)
     if geo.varlen:
         out = torch.empty((q.shape[0], geo.heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
         lse = torch.empty((geo.heads_q, q.shape[0]), dtype=torch.float32, device=q.device)
@@ -388,6 +433,17 @@ def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_
     return out, lse
 
 
+def forward_gluon(spec: KernelSpec, geo: Geometry, q, k, v, softmax_scale: float):
+    from .kernels import forward_gluon as kernel  # Triton with Gluon only (see _gluon_spec)
+    out = torch.empty((geo.batch, geo.seqlen_q, geo.heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
+    lse = torch.empty((geo.batch, geo.heads_q, geo.seqlen_q), dtype=torch.float32, device=q.device)
+    descs = kernel.descriptors(q, k, v, out, DTYPE_NAMES[q.dtype], spec.constexprs["BLOCK_N"])
+    grid = kernel.launch_grid(geo.batch, geo.heads_q, geo.seqlen_q, spec.constexprs["CAUSAL"])
+    _launch(spec, grid, [*descs, lse, softmax_scale * LOG2E, geo.seqlen_q, geo.seqlen_k, geo.heads_q,
+                         geo.heads_q // geo.heads_k])
+    return out, lse
+
+
 # The outputs a kernel adds up in an order that changes from run to run (atomics): their bits are
 # not reproducible on the same inputs, their accuracy is (mha_ci.perf.numerics judges them by
 # their error, not their bits).
@@ -405,7 +461,7 @@ def launched_kernels(specs: dict, pass_: str, deterministic: bool = False) -> tu
     bwd_dkdv_dq where its config asks for a single pass and the caller allows nondeterminism,
     else bwd_dkdv and bwd_dq."""
     if pass_ == "forward":
-        return ("fwd",)
+        return ("fwd_gluon",) if "fwd_gluon" in specs else ("fwd",)
     if not deterministic and "bwd_dkdv_dq" in specs:
         return ("bwd_preprocess", "bwd_dkdv_dq")
     return ("bwd_preprocess", "bwd_dkdv", "bwd_dq")

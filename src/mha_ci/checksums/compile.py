@@ -82,12 +82,22 @@ class CompileTask:
     # The arch's shared memory limit, or None: not gated during the compile. Not part of the
     # identity: it decides only whether the compile runs to the end, not what it produces.
     shared_limit: int | None = None
+    options: tuple = ()       # ((name, value), ...) further compile options: the Gluon forward's maxnreg
+    dialect: str = "triton"   # "gluon": the function is a triton.experimental.gluon kernel
 
     def identity(self) -> dict:
-        """What the code object can depend on (besides sources and toolchain): the cache key part."""
-        return {"module": self.module, "qualname": self.qualname, "target": self.target.text(),
-                "signature": [list(x) for x in self.signature], "constexprs": [[k, repr(v)] for k, v in self.constexprs],
-                "attrs": [list(x) for x in self.attr_descs], "num_warps": self.num_warps, "num_stages": self.num_stages}
+        """What the code object can depend on (besides sources and toolchain): the cache key part.
+        `options` and `dialect` enter only where set, so the keys of plain Triton kernels stay."""
+        identity = {"module": self.module, "qualname": self.qualname, "target": self.target.text(),
+                    "signature": [list(x) for x in self.signature],
+                    "constexprs": [[k, repr(v)] for k, v in self.constexprs],
+                    "attrs": [list(x) for x in self.attr_descs], "num_warps": self.num_warps,
+                    "num_stages": self.num_stages}
+        if self.options:
+            identity["options"] = [list(x) for x in self.options]
+        if self.dialect != "triton":
+            identity["dialect"] = self.dialect
+        return identity
 
 
 @dataclass
@@ -249,10 +259,15 @@ def compile_kernel(task: CompileTask):
     backend = backend_class(task.target)
     names = list(fn.arg_names)
     attrs = {(names.index(arg),): backend.parse_attr(desc) for arg, desc in task.attr_descs}
-    source = ASTSource(fn, dict(task.signature), dict(task.constexprs), attrs)
+    if task.dialect == "gluon":
+        from triton.experimental.gluon._runtime import GluonASTSource  # toolchains with Gluon only
+        source = GluonASTSource(fn, dict(task.signature), dict(task.constexprs), attrs)
+    else:
+        source = ASTSource(fn, dict(task.signature), dict(task.constexprs), attrs)
     with shared_memory_gate(backend, task.shared_limit):
         return triton.compile(source, target=_gpu_target(task.target),
-                              options={"num_warps": task.num_warps, "num_stages": task.num_stages})
+                              options={"num_warps": task.num_warps, "num_stages": task.num_stages,
+                                       **dict(task.options)})
 
 
 def compile_task(task: CompileTask, keep_binary: Path | None = None) -> CompileResult:

@@ -203,7 +203,8 @@ def _attr_descs(spec, fn, backend, aligned: dict) -> tuple:
         if ty is None:
             raise VariantError(f"{spec.name}: signature lacks argument {name!r}")
         param = params[name]
-        if ty == "constexpr" or param.do_not_specialize or ty.startswith(("fp", "bf")) or ty == "u1":
+        if (ty == "constexpr" or param.do_not_specialize or ty.startswith(("fp", "bf", "tensordesc"))
+                or ty == "u1"):
             continue      # the runtime attaches no attribute to these
         how = aligned.get(name, "none")
         value: AlignedStandIn | int       # what a canonical input passes: a tensor or an integer
@@ -227,10 +228,13 @@ def task_for_spec(launch, spec, key: str, target: CompileTarget, backend=None,
     aligned = launch.aligned_specialization(spec) if hasattr(launch, "aligned_specialization") else {}
     signature = tuple((arg, spec.signature[arg]) for arg in fn.arg_names)
     constexprs = tuple((k, spec.constexprs[k]) for k in fn.arg_names if k in spec.constexprs)
+    # A Gluon kernel (triton.experimental.gluon) compiles from its own source class.
+    dialect = "gluon" if type(fn).__name__ == "GluonJITFunction" else "triton"
     return CompileTask(key=key, module=fn.fn.__module__, qualname=fn.fn.__qualname__, target=target,
                        signature=signature, constexprs=constexprs,
                        attr_descs=_attr_descs(spec, fn, backend, aligned),
-                       num_warps=int(spec.num_warps), num_stages=int(spec.num_stages), shared_limit=shared_limit)
+                       num_warps=int(spec.num_warps), num_stages=int(spec.num_stages), shared_limit=shared_limit,
+                       options=tuple(sorted(getattr(spec, "options", {}).items())), dialect=dialect)
 
 
 def identity_key(task: CompileTask) -> str:

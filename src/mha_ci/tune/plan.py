@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mha_ci.checksums.candidates import compile_candidates
 from mha_ci.errors import ConfigError
-from mha.config import UNMASKED
+from mha.config import GLUON, UNMASKED
 from mha_ci.tune import outdir, prune, rules, space, targets
 
 
@@ -33,7 +33,7 @@ def build(root: Path, pipeline, arch_name: str, toolchain_name: str, pass_: str,
     guards = config.get("guards", [])
     version = triton_pin(toolchain)
     buckets, items = [], []
-    chosen = [targets.own_config_shapes(t, config[pass_][t.bucket]) for t in chosen]
+    chosen = [targets.own_config_shapes(t, config[pass_][t.bucket], arch_name, version) for t in chosen]
     for target in chosen:
         current = own_config(config[pass_][target.bucket])
         cands = space.candidates(arch.vendor, pass_, current)
@@ -67,8 +67,8 @@ def build(root: Path, pipeline, arch_name: str, toolchain_name: str, pass_: str,
 
 
 def own_config(bucket_cfg: dict) -> dict:
-    """The bucket's own config: without its `unmasked` one (targets.own_config_shapes)."""
-    return {k: v for k, v in bucket_cfg.items() if k != UNMASKED}
+    """The bucket's own config: without its `unmasked` and `gluon` ones (targets.own_config_shapes)."""
+    return {k: v for k, v in bucket_cfg.items() if k not in (UNMASKED, GLUON)}
 
 
 def render(plan: dict) -> str:

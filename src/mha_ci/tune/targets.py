@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mha.config import BUCKETS, UNMASKED
+from mha.config import BUCKETS, GLUON, UNMASKED, gluon_lengths_ok, gluon_selected, gluon_serves
 from mha_ci.errors import ConfigError
 from mha_ci.perf.buckets import bucket_of
 from mha_ci.perf.shapes import Shape
@@ -93,19 +93,31 @@ def _has_band(shape: Shape) -> bool:
     return shape.causal or max(shape.window) >= 0
 
 
-def own_config_shapes(target: BucketTarget, bucket_cfg: dict) -> BucketTarget:
-    """The target restricted to the shapes the bucket's own config serves. A forward bucket with
-    an `unmasked` config (mha.config) serves only problems with a causal or window band; the
-    others run the `unmasked` config, which a tune run leaves as it is. Fails closed when no
-    shape is left: the run would judge nothing."""
-    if UNMASKED not in bucket_cfg:
+def _runs_gluon(shape: Shape, arch: str) -> bool:
+    window = (shape.window[0], shape.window[1])
+    return (gluon_serves(arch, shape.dtype, shape.dqk, shape.dv, window, shape.causal, shape.sink, shape.dropout_p > 0,
+                         shape.layout == "varlen")
+            and gluon_lengths_ok(shape.sq, shape.sk, shape.causal or shape.window[1] == 0))
+
+
+def own_config_shapes(target: BucketTarget, bucket_cfg: dict, arch: str = "", triton_version: str | None = None
+                      ) -> BucketTarget:
+    """The target restricted to the shapes the bucket's own config serves, which a tune run
+    changes. A forward bucket's `unmasked` config (mha.config) serves the problems without a
+    causal or window band, and its `gluon` config, where it names the toolchain's Triton, the
+    problems the Gluon forward takes (mha.config.gluon_serves and gluon_lengths_ok): a tune run
+    leaves both as they are, so their shapes are not judged. Fails closed when no shape is left:
+    the run would judge nothing."""
+    gluon = gluon_selected(bucket_cfg.get(GLUON), triton_version) if triton_version else False
+    if UNMASKED not in bucket_cfg and not gluon:
         return target
-    banded = [e for e in target.shapes if _has_band(shape_of(e))]
-    if target.shapes and not banded:
-        raise ConfigError(f"bucket {target.bucket!r}: every shape chosen is without a band, and those run the "
-                          f"bucket's `unmasked` config, which tune does not change; nothing left to judge")
-    keys = {e["key"] for e in banded}
-    return BucketTarget(target.bucket, banded, [k for k in target.regressed if k in keys],
+    kept = [e for e in target.shapes
+            if (UNMASKED not in bucket_cfg or _has_band(shape_of(e))) and not (gluon and _runs_gluon(shape_of(e), arch))]
+    if target.shapes and not kept:
+        raise ConfigError(f"bucket {target.bucket!r}: every shape chosen runs the bucket's `unmasked` or `gluon` "
+                          f"config, which tune does not change; nothing left to judge")
+    keys = {e["key"] for e in kept}
+    return BucketTarget(target.bucket, kept, [k for k in target.regressed if k in keys],
                         {k: v for k, v in target.report_rows.items() if k in keys})
 
 

@@ -254,6 +254,27 @@ def test_a_bucket_with_an_unmasked_config_is_tuned_on_its_banded_shapes_only():
         targets.own_config_shapes(unbanded, sm90)
 
 
+def test_a_bucket_with_a_gluon_config_leaves_its_shapes_out_where_the_toolchain_runs_it():
+    """Under a Triton the `gluon` config names, the shapes the Gluon forward takes run it, not the
+    bucket's own config: tune leaves them out; under another Triton they stay."""
+    from mha_ci.perf.request import selected_workloads
+    entries = [w.to_dict() for w in selected_workloads(load_pipeline(ROOT), "full")]
+    target = targets.choose(entries, ["default"], None)[0]
+    sm90 = rules.load_config(ROOT, "sm90")["forward"]["default"]
+    assert sm90["gluon"]["triton"] == ">=3.8"
+    golden = targets.own_config_shapes(target, sm90, "sm90", "3.4.0")
+    top = targets.own_config_shapes(target, sm90, "sm90", "3.8.0")
+    gone = {e["key"] for e in golden.shapes} - {e["key"] for e in top.shapes}
+    assert {e["key"] for e in top.shapes} < {e["key"] for e in golden.shapes}
+    assert "dense_b1_hq64_hk8_sq8192_sk8192_dqk128_dv128_c1" in gone
+    assert all(k.startswith("dense_") and "_dqk128_dv128_c1" in k and "_wl" not in k for k in gone)
+    kept = {e["key"] for e in top.shapes}
+    assert "varlen_b1_hq64_hk8_sq8192_sk8192_dqk128_dv128_c1" in kept          # varlen: the Triton forward
+    assert "dense_b64_hq64_hk8_sq1_sk8192_dqk128_dv128_c1" in kept             # Sq 1: not a multiple of 128
+    assert "gluon" not in plan.own_config(sm90)
+    assert targets.own_config_shapes(target, sm90, "gfx942", "3.8.0").shapes == golden.shapes
+
+
 def test_unknown_bucket_is_a_usage_error():
     from mha_ci.errors import ConfigError
     with pytest.raises(ConfigError, match="unknown bucket"):

@@ -1,0 +1,141 @@
+"""The Gluon forward (mha.kernels.forward_gluon): which problems and toolchains select it, which
+inputs fall back to the Triton forward, and, on the GPU, its results against the float64
+reference (through the public API, so the backward runs on its out and lse).
+
+The kernel is Gluon, which the interpreter cannot run: on the CPU only the selection is tested
+here; the code-object records (the checksums job) compile it for sm90 without a GPU."""
+import pytest
+import torch
+
+import mha
+from mha import config as config_mod
+from mha import guards, launch
+from cases import Case, run_dense
+from checks import dtype_param
+from conftest import HAS_CUDA
+
+GLUON_CONFIG = config_mod.load_arch_configs("sm90")["forward"]["default"]["gluon"]
+SELECTED_HERE = config_mod.gluon_selected(GLUON_CONFIG)
+
+
+@pytest.fixture
+def launched():
+    names = []
+    observe = lambda spec, _kernel: names.append(spec.name)
+    launch.LAUNCH_OBSERVERS.append(observe)
+    yield names
+    launch.LAUNCH_OBSERVERS.remove(observe)
+
+
+@pytest.mark.parametrize("problem, served", [
+    (launch.Problem("bf16", 128, 128), True),
+    (launch.Problem("fp16", 128, 128, causal=True), True),
+    (launch.Problem("bf16", 64, 64, causal=True), True),
+    (launch.Problem("bf16", 128, 128, window=(-1, 0)), True),      # the causal band, spelled as a window
+    (launch.Problem("fp32", 128, 128), False),
+    (launch.Problem("bf16", 96, 96), False),
+    (launch.Problem("bf16", 192, 128), False),
+    (launch.Problem("bf16", 128, 128, varlen=True), False),
+    (launch.Problem("bf16", 128, 128, window=(16, 0)), False),
+    (launch.Problem("bf16", 128, 128, window=(-1, 4)), False),
+    (launch.Problem("bf16", 128, 128, has_sink=True), False),
+    (launch.Problem("bf16", 128, 128, dropout=True), False),
+])
+def test_which_problems_it_serves(problem, served):
+    assert launch.gluon_serves(problem, "sm90") is served
+    assert not launch.gluon_serves(problem, "gfx942")
+
+
+@pytest.mark.parametrize("version, selected", [("3.4.0", False), ("3.6.0", False), ("3.8.0", True), ("3.9.1", True)])
+def test_the_config_names_the_toolchains_that_run_it(monkeypatch, version, selected):
+    """Selected as data: the sm90 file's `gluon` config holds the Triton versions; the resolved
+    config of a served problem carries `gluon: true` only there."""
+    monkeypatch.setattr(config_mod, "triton_version", lambda: version)
+    _, cfg = config_mod.resolve("forward", "sm90", 128, 128, "bf16", 0.0, banded=True, gluon_serves=True)
+    assert bool(cfg.get("gluon")) is selected
+    _, plain = config_mod.resolve("forward", "sm90", 128, 128, "bf16", 0.0, banded=True, gluon_serves=False)
+    assert "gluon" not in plain and plain["BLOCK_N"] == 64          # the Triton forward's own tiles
+    assert guards.version_matches(GLUON_CONFIG["triton"], version) is selected
+
+
+def test_the_triton_forward_stays_for_inputs_the_gluon_one_cannot_take():
+    specs = launch.kernel_specs(launch.Problem("bf16", 128, 128, causal=True), "sm90")
+    assert specs["fwd"].fn is launch.attn_fwd                       # the fallback keeps the bucket's config
+    assert ("fwd_gluon" in specs) is SELECTED_HERE
+    assert launch.launched_kernels(specs, "forward") == (("fwd_gluon",) if SELECTED_HERE else ("fwd",))
+
+
+@pytest.mark.skipif(not SELECTED_HERE, reason="this toolchain's config does not select the Gluon forward")
+def test_the_gluon_spec():
+    spec = launch.kernel_specs(launch.Problem("fp16", 128, 128, causal=True), "sm90")["fwd_gluon"]
+    assert spec.signature["q_desc"].startswith("tensordesc<fp16[64,128]")
+    assert spec.signature["k_desc"].startswith(f"tensordesc<fp16[{GLUON_CONFIG['BLOCK_N']},128]")
+    assert spec.constexprs["CAUSAL"] is True and spec.constexprs["STAGES"] == GLUON_CONFIG["num_stages"]
+    assert spec.options == {"maxnreg": 168} and spec.num_warps == 4
+    assert set(launch.aligned_specialization(spec).items()) >= {("Lse", "aligned16"), ("q_desc", "none"),
+                                                              ("seqlen_q", "none"), ("group", "none")}
+
+
+def test_overrides_cannot_give_it_a_tile_it_cannot_run(monkeypatch):
+    monkeypatch.setattr(config_mod, "triton_version", lambda: "3.8.0")
+    with pytest.raises(config_mod.ConfigOverrideError, match="Gluon forward takes num_warps"):
+        config_mod.resolve("forward", "sm90", 128, 128, "bf16", 0.0, {"num_warps": 8}, gluon_serves=True)
+    with pytest.raises(config_mod.ConfigOverrideError, match="config-file key"):
+        config_mod.check_override({"gluon": False}, "sm90")
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}, "lacks keys \\['triton'\\]"),
+    ({"triton": "3.8+", "BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}, "expected e.g."),
+    ({"triton": ">=3.8", "BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}, "takes BLOCK_M"),
+    ({"triton": ">=3.8", "BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "x": 1}, "unknown keys"),
+])
+def test_a_bad_gluon_config_is_refused(bad, message):
+    with pytest.raises(config_mod.ConfigFileError, match=message):
+        config_mod._check_gluon(bad, "forward", "f.json: forward.default.gluon")
+    with pytest.raises(config_mod.ConfigFileError, match="only forward buckets"):
+        config_mod._check_gluon(dict(GLUON_CONFIG), "backward", "f.json: backward.default.gluon")
+
+
+# ------------------------------------------------------------------ on the GPU (H200, sm90)
+needs_gluon = pytest.mark.skipif(HAS_CUDA and not SELECTED_HERE,
+                                 reason="this toolchain's config does not select the Gluon forward")
+
+
+@pytest.mark.gpu
+@needs_gluon
+@pytest.mark.parametrize("dtype", [dtype_param(torch.bfloat16), dtype_param(torch.float16)])
+@pytest.mark.parametrize("case", [
+    Case(2, 256, 256, 4, 2, 128, 128, causal=True),
+    Case(1, 256, 640, 2, 1, 128, 128, causal=True),        # Sk > Sq: bottom-right aligned diagonal
+    Case(2, 384, 384, 4, 4, 128, 128),
+    Case(1, 512, 256, 3, 1, 128, 128),                      # Sq > Sk, no band
+    Case(1, 128, 128, 1, 1, 128, 128, causal=True),         # one tile, on the diagonal
+], ids=["causal_gqa", "causal_sk_longer", "plain", "plain_sq_longer", "one_tile"])
+def test_results(case, dtype, device, launched):
+    run_dense(case, dtype, device)
+    assert launched[0] == "fwd_gluon"
+
+
+@pytest.mark.gpu
+@needs_gluon
+@pytest.mark.parametrize("case", [
+    Case(1, 200, 256, 2, 1, 128, 128, causal=True),         # Sq not a multiple of 128
+    Case(1, 256, 300, 2, 1, 128, 128),                      # Sk not a multiple of 128
+    Case(1, 384, 256, 2, 2, 128, 128, causal=True),         # causal with Sq > Sk: rows that see no key
+], ids=["sq200", "sk300", "causal_sq_longer"])
+def test_other_inputs_run_the_triton_forward(case, device, launched):
+    run_dense(case, torch.bfloat16, device)
+    assert launched[0] == "fwd"
+
+
+@pytest.mark.gpu
+@needs_gluon
+def test_a_strided_input_runs_the_triton_forward(device, launched):
+    q = torch.randn(1, 256, 2, 256, device=device, dtype=torch.bfloat16)[..., :128]
+    k = torch.randn(1, 256, 2, 128, device=device, dtype=torch.bfloat16)
+    v = torch.randn(1, 256, 2, 128, device=device, dtype=torch.bfloat16)
+    out = mha.flash_attn_func(q, k, v, causal=True)
+    ref = mha.flash_attn_func(q.contiguous(), k, v, causal=True)
+    assert launched == ["fwd", "fwd_gluon"]
+    torch.testing.assert_close(out, ref, atol=2e-2, rtol=0)
