@@ -358,22 +358,20 @@ def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: flo
     `banded`: the problem has a causal or sliding-window band; a problem without one takes the
     bucket's `unmasked` config where it has one (before the override, which still wins).
     `gluon_serves`: the problem is one mha.kernels.forward_gluon serves; it then takes the bucket's
-    `gluon` config where that names the running toolchain (the result holds `"gluon": True`).
+    `gluon` config where that names the running toolchain (the result holds `"gluon": True`),
+    unless an override sets keys of this pass: overrides configure the Triton kernels (the
+    tuner's candidates time the bucket's own config, which the Gluon one is not).
     """
     bucket = select_bucket(pass_, dqk, dv, dtype, dropout_p)
     cfg = dict(load_arch_configs(arch)[pass_][bucket])
     unmasked = cfg.pop(UNMASKED, None)
     gluon = cfg.pop(GLUON, None)
+    mine = check_override(override, arch)[pass_] if override is not None else {}
     if unmasked is not None and not banded:
         cfg = dict(unmasked)
-    if gluon_serves and gluon_selected(gluon):
+    if gluon_serves and not mine and gluon_selected(gluon):
         cfg = {k: v for k, v in gluon.items() if k != "triton"} | {GLUON: True}
-    if override is not None:
-        mine = check_override(override, arch)[pass_]
-        if mine:
-            cfg.update(mine)
-            bucket = f"{bucket}+override"
-            problem = gluon_shape_problem(cfg) if cfg.get(GLUON) else None
-            if problem:
-                raise ConfigOverrideError(f"config: {problem} (this problem runs the Gluon forward on this toolchain)")
+    if mine:
+        cfg.update(mine)
+        bucket = f"{bucket}+override"
     return bucket, apply_guards(pass_, arch, cfg, dqk, dv, dtype, banded or dropout_p > 0)

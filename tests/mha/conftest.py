@@ -24,3 +24,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not HAS_CUDA:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def launched():
+    """The names of the kernel specs launched while the test runs (mha.launch.LAUNCH_OBSERVERS)."""
+    from mha import launch
+    names = []
+    observe = lambda spec, _kernel: names.append(spec.name)  # noqa: E731
+    launch.LAUNCH_OBSERVERS.append(observe)
+    yield names
+    launch.LAUNCH_OBSERVERS.remove(observe)

@@ -18,15 +18,6 @@ GLUON_CONFIG = config_mod.load_arch_configs("sm90")["forward"]["default"]["gluon
 SELECTED_HERE = config_mod.gluon_selected(GLUON_CONFIG)
 
 
-@pytest.fixture
-def launched():
-    names = []
-    observe = lambda spec, _kernel: names.append(spec.name)
-    launch.LAUNCH_OBSERVERS.append(observe)
-    yield names
-    launch.LAUNCH_OBSERVERS.remove(observe)
-
-
 @pytest.mark.parametrize("problem, served", [
     (launch.Problem("bf16", 128, 128), True),
     (launch.Problem("fp16", 128, 128, causal=True), True),
@@ -76,10 +67,16 @@ def test_the_gluon_spec():
                                                               ("seqlen_q", "none"), ("group", "none")}
 
 
-def test_overrides_cannot_give_it_a_tile_it_cannot_run(monkeypatch):
+def test_an_override_of_the_forward_configures_the_triton_kernel(monkeypatch):
+    """`config=` overrides (the tuner's candidates among them) set the Triton forward's tiles; an
+    override of the backward only leaves the Gluon forward selected; `gluon` is no override key."""
     monkeypatch.setattr(config_mod, "triton_version", lambda: "3.8.0")
-    with pytest.raises(config_mod.ConfigOverrideError, match="Gluon forward takes num_warps"):
-        config_mod.resolve("forward", "sm90", 128, 128, "bf16", 0.0, {"num_warps": 8}, gluon_serves=True)
+    _, cfg = config_mod.resolve("forward", "sm90", 128, 128, "bf16", 0.0, {"forward": {"num_warps": 8}},
+                                gluon_serves=True)
+    assert "gluon" not in cfg and cfg["num_warps"] == 8 and cfg["BLOCK_N"] == 64
+    _, cfg = config_mod.resolve("forward", "sm90", 128, 128, "bf16", 0.0, {"backward": {"num_warps": 8}},
+                                gluon_serves=True)
+    assert cfg["gluon"] is True and cfg["num_warps"] == 4
     with pytest.raises(config_mod.ConfigOverrideError, match="config-file key"):
         config_mod.check_override({"gluon": False}, "sm90")
 

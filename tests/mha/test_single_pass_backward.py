@@ -13,16 +13,6 @@ from test_attention import FEATURES
 SINGLE_PASS = {"backward": {"single_pass": True}}
 
 
-@pytest.fixture
-def launched():
-    """The names of the kernel specs launched while the test runs."""
-    names = []
-    observe = lambda spec, _kernel: names.append(spec.name)
-    launch.LAUNCH_OBSERVERS.append(observe)
-    yield names
-    launch.LAUNCH_OBSERVERS.remove(observe)
-
-
 def _ran_single_pass(names):
     return "bwd_dkdv_dq" in names and "bwd_dkdv" not in names and "bwd_dq" not in names
 

@@ -133,7 +133,7 @@ def _validates_through_api(monkeypatch, q, k, v):
         mha.flash_attn_func(q, k, v)
     seen = {}
 
-    def fake_forward(spec, geo, q, k, v, *rest):
+    def fake_forward(spec, geo, q, k, v, *rest, **options):
         seen["geo"] = geo
         return (torch.empty((geo.batch, geo.seqlen_q, geo.heads_q, v.shape[-1]), device="meta", dtype=q.dtype),
                 torch.empty((geo.batch, geo.heads_q, geo.seqlen_q), device="meta"))
@@ -436,9 +436,9 @@ def test_huge_window_sides_reach_the_kernels_clamped_to_the_lengths(monkeypatch,
     seen = []
     real = mha.launch.forward
 
-    def spy(spec, geo, q, k, v, sink, cu_q, cu_k, scale, window, *rest):
+    def spy(spec, geo, q, k, v, sink, cu_q, cu_k, scale, window, *rest, **options):
         seen.append(window)
-        return real(spec, geo, q, k, v, sink, cu_q, cu_k, scale, window, *rest)
+        return real(spec, geo, q, k, v, sink, cu_q, cu_k, scale, window, *rest, **options)
 
     monkeypatch.setattr(mha.launch, "forward", spy)
     q, k, v = _qkv(device, sq=8, sk=12)
