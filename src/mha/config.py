@@ -46,7 +46,8 @@ UNMASKED = "unmasked"
 # (mha.launch.gluon_serves), it is used instead of the bucket's own config and of `unmasked`,
 # and the resolved config says so with `"gluon": true`; elsewhere it is ignored.
 GLUON = "gluon"
-GLUON_SHAPE = {"BLOCK_M": (128,), "BLOCK_N": (64, 128), "num_warps": (4,)}
+GLUON_TILE_ROWS = 128   # mha.kernels.forward_gluon's BLOCK_M: the lengths it takes are multiples
+GLUON_SHAPE = {"BLOCK_M": (GLUON_TILE_ROWS,), "BLOCK_N": (64, 128), "num_warps": (4,)}
 
 
 # What a value may be, for `config=` overrides (check_override). Tiles are powers of two
@@ -115,43 +116,35 @@ def load_arch_configs(arch: str) -> dict:
     return data
 
 
-def _check_unmasked(cfg, pass_: str, where: str) -> None:
+def _check_sub_config(cfg, pass_: str, where: str, name: str, extra: tuple[str, ...], allowed: set[str]) -> None:
+    """A bucket's nested config (`unmasked`, `gluon`): forward only, an object holding the forward's
+    required keys and `extra`, and nothing outside `allowed`."""
     if pass_ != "forward":
-        raise ConfigFileError(f"{where}: only forward buckets may hold {UNMASKED!r}")
+        raise ConfigFileError(f"{where}: only forward buckets may hold {name!r}")
     if not isinstance(cfg, dict):
-        raise ConfigFileError(f"{where}: must be an object of forward config keys, got {cfg!r}")
-    missing = [k for k in REQUIRED_KEYS[pass_] if k not in cfg]
-    unknown = sorted(set(cfg) - keys_of(pass_))
+        raise ConfigFileError(f"{where}: must be an object of forward config keys"
+                              f"{''.join(f' and {k!r}' for k in extra)}, got {cfg!r}")
+    missing = [k for k in (*REQUIRED_KEYS[pass_], *extra) if k not in cfg]
+    unknown = sorted(set(cfg) - allowed)
     if missing or unknown:
         raise ConfigFileError(f"{where}: lacks keys {missing}" if missing else f"{where}: unknown keys {unknown}")
+
+
+def _check_unmasked(cfg, pass_: str, where: str) -> None:
+    _check_sub_config(cfg, pass_, where, UNMASKED, (), keys_of(pass_))
     _check_booleans(cfg, where)
 
 
 def _check_gluon(cfg, pass_: str, where: str) -> None:
-    if pass_ != "forward":
-        raise ConfigFileError(f"{where}: only forward buckets may hold {GLUON!r}")
-    if not isinstance(cfg, dict):
-        raise ConfigFileError(f"{where}: must be an object of forward config keys and 'triton', got {cfg!r}")
-    missing = [k for k in (*REQUIRED_KEYS[pass_], "triton") if k not in cfg]
-    unknown = sorted(set(cfg) - set(REQUIRED_KEYS[pass_]) - {"triton"})
-    if missing or unknown:
-        raise ConfigFileError(f"{where}: lacks keys {missing}" if missing else f"{where}: unknown keys {unknown}")
+    _check_sub_config(cfg, pass_, where, GLUON, ("triton",), {*REQUIRED_KEYS[pass_], "triton"})
     try:
         guards_mod.version_matches(cfg["triton"], "0")
     except guards_mod.GuardError as exc:
         raise ConfigFileError(f"{where}: {exc}") from None
-    problem = gluon_shape_problem(cfg)
-    if problem:
-        raise ConfigFileError(f"{where}: {problem}")
-
-
-def gluon_shape_problem(cfg: dict) -> str | None:
-    """What in a Gluon forward config the kernel cannot run (its tile is two 64-row consumer
-    warpgroups of 4 warps); None when it can."""
+    # the kernel's tile is two 64-row consumer warpgroups of 4 warps
     for key, allowed in GLUON_SHAPE.items():
-        if cfg.get(key) not in allowed:
-            return f"the Gluon forward takes {key} in {list(allowed)}, got {cfg.get(key)!r}"
-    return None
+        if cfg[key] not in allowed:
+            raise ConfigFileError(f"{where}: the Gluon forward takes {key} in {list(allowed)}, got {cfg[key]!r}")
 
 
 def gluon_selected(cfg: dict | None, version: str | None = None) -> bool:
@@ -160,11 +153,8 @@ def gluon_selected(cfg: dict | None, version: str | None = None) -> bool:
     return cfg is not None and version is not None and guards_mod.version_matches(cfg["triton"], version)
 
 
-GLUON_TILE_ROWS = 128   # mha.kernels.forward_gluon.BLOCK_M: the lengths it takes are multiples
-
-
-def gluon_serves(arch: str, dtype: str, dqk: int, dv: int, window: tuple[int, int], causal: bool,
-                 has_sink: bool, dropout: bool, varlen: bool) -> bool:
+def gluon_serves(arch: str, dtype: str, dqk: int, dv: int, window: tuple[int, int], has_sink: bool, dropout: bool,
+                 varlen: bool) -> bool:
     """The problems mha.kernels.forward_gluon computes: sm90, fp16/bf16, Dqk == Dv of 64 or 128,
     dense, at most a causal band (a window (-1, 0) is one), no sink, no dropout. One rule for the
     launch (mha.launch.gluon_serves) and the tuner, which must know which shapes a bucket's
@@ -294,8 +284,8 @@ def _check_keys(part: Mapping, known: set[str], where: str, section: str | None)
             continue
         if key in (UNMASKED, GLUON):
             raise ConfigOverrideError(
-                f"{where}: {key!r} is a config-file key (a bucket's config for the problems without a "
-                "band); an override serves the call it comes with: give the config keys themselves")
+                f"{where}: {key!r} is a config-file key (a bucket's config for some of its problems); an "
+                "override serves the call it comes with: give the config keys themselves")
         other = [p for p in PASSES if p != section and key in keys_of(p)] if section else []
         if other:
             raise ConfigOverrideError(f"{where}: {key!r} is a {other[0]} key; a {section!r} section takes "
@@ -348,7 +338,7 @@ def check_override(override, arch: str) -> dict[str, dict]:
 
 
 def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: float,
-            override: dict | None = None, banded: bool = True, gluon_serves: bool = False) -> tuple[str, dict]:
+            override: dict | None = None, banded: bool = True, serves_gluon: bool = False) -> tuple[str, dict]:
     """(bucket, config) for one pass: file bucket, then an explicit override, then the guards.
 
     An explicit `config=` dict wins over the file; it may hold the keys of both passes (those of
@@ -357,7 +347,7 @@ def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: flo
     so an override cannot launch a known miscompile (the tuner's candidates are overrides).
     `banded`: the problem has a causal or sliding-window band; a problem without one takes the
     bucket's `unmasked` config where it has one (before the override, which still wins).
-    `gluon_serves`: the problem is one mha.kernels.forward_gluon serves; it then takes the bucket's
+    `serves_gluon`: the problem is one mha.kernels.forward_gluon serves (gluon_serves); it then takes the bucket's
     `gluon` config where that names the running toolchain (the result holds `"gluon": True`),
     unless an override sets keys of this pass: overrides configure the Triton kernels (the
     tuner's candidates time the bucket's own config, which the Gluon one is not).
@@ -369,7 +359,7 @@ def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: flo
     mine = check_override(override, arch)[pass_] if override is not None else {}
     if unmasked is not None and not banded:
         cfg = dict(unmasked)
-    if gluon_serves and not mine and gluon_selected(gluon):
+    if serves_gluon and not mine and gluon_selected(gluon):
         cfg = {k: v for k, v in gluon.items() if k != "triton"} | {GLUON: True}
     if mine:
         cfg.update(mine)

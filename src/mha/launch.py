@@ -166,18 +166,19 @@ def _ordered(fn, signature: dict, constexprs: dict) -> dict:
 def gluon_serves(problem: Problem, arch: str) -> bool:
     """Whether mha.kernels.forward_gluon can compute `problem` (for inputs that pass
     gluon_inputs_ok): mha.config.gluon_serves."""
-    return config_mod.gluon_serves(arch, problem.dtype, problem.dqk, problem.dv, problem.window, problem.causal,
-                                   problem.has_sink, problem.dropout, problem.varlen)
+    return config_mod.gluon_serves(arch, problem.dtype, problem.dqk, problem.dv, problem.window, problem.has_sink,
+                                   problem.dropout, problem.varlen)
 
 
 def gluon_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
     """What the Gluon forward needs of the tensors themselves (mha.kernels.forward_gluon): on the
     GPU, contiguous, TMA-readable, lengths it takes (mha.config.gluon_lengths_ok), and a grid
     within CUDA's limits."""
-    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
-    grid_y = seqlen_q // config_mod.GLUON_TILE_ROWS if causal else q.shape[0] * q.shape[2]   # its launch_grid
+    from .kernels import forward_gluon  # imported by kernel_specs already: a "fwd_gluon" spec exists
+    (batch, seqlen_q, heads_q, _), seqlen_k = q.shape, k.shape[1]
     return (q.is_cuda and all(t.is_contiguous() for t in (q, k, v)) and tma_ready(q, k, v)
-            and config_mod.gluon_lengths_ok(seqlen_q, seqlen_k, causal) and grid_y <= MAX_GRID_YZ)
+            and config_mod.gluon_lengths_ok(seqlen_q, seqlen_k, causal)
+            and forward_gluon.launch_grid(batch, heads_q, seqlen_q, causal)[1] <= MAX_GRID_YZ)
 
 
 def _gluon_spec(problem: Problem, bucket: str, cfg: dict) -> KernelSpec:
@@ -225,7 +226,7 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
                               cfg["num_warps"], cfg["num_stages"], bucket, "forward")
     if gluon_serves(problem, arch):
         bucket, cfg = config_mod.resolve("forward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config,
-                                         banded=problem.bound_left or problem.bound_right, gluon_serves=True)
+                                         banded=problem.bound_left or problem.bound_right, serves_gluon=True)
         if cfg.get(config_mod.GLUON):
             specs["fwd_gluon"] = _gluon_spec(problem, bucket, cfg)
 
@@ -457,7 +458,8 @@ def unordered_outputs(kernels) -> list[str]:
 
 
 def launched_kernels(specs: dict, pass_: str, deterministic: bool = False) -> tuple[str, ...]:
-    """The specs a call launches for `pass_` ("forward" or "backward"): the backward runs
+    """The specs a call launches for `pass_` ("forward" or "backward"): the forward runs fwd_gluon
+    where kernel_specs made one (fwd for inputs it cannot take, see `forward`); the backward runs
     bwd_dkdv_dq where its config asks for a single pass and the caller allows nondeterminism,
     else bwd_dkdv and bwd_dq."""
     if pass_ == "forward":

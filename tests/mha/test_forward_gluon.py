@@ -42,9 +42,9 @@ def test_the_config_names_the_toolchains_that_run_it(monkeypatch, version, selec
     """Selected as data: the sm90 file's `gluon` config holds the Triton versions; the resolved
     config of a served problem carries `gluon: true` only there."""
     monkeypatch.setattr(config_mod, "triton_version", lambda: version)
-    _, cfg = config_mod.resolve("forward", "sm90", 128, 128, "bf16", 0.0, banded=True, gluon_serves=True)
+    _, cfg = config_mod.resolve("forward", "sm90", 128, 128, "bf16", 0.0, banded=True, serves_gluon=True)
     assert bool(cfg.get("gluon")) is selected
-    _, plain = config_mod.resolve("forward", "sm90", 128, 128, "bf16", 0.0, banded=True, gluon_serves=False)
+    _, plain = config_mod.resolve("forward", "sm90", 128, 128, "bf16", 0.0, banded=True, serves_gluon=False)
     assert "gluon" not in plain and plain["BLOCK_N"] == 64          # the Triton forward's own tiles
     assert guards.version_matches(GLUON_CONFIG["triton"], version) is selected
 
@@ -72,10 +72,10 @@ def test_an_override_of_the_forward_configures_the_triton_kernel(monkeypatch):
     override of the backward only leaves the Gluon forward selected; `gluon` is no override key."""
     monkeypatch.setattr(config_mod, "triton_version", lambda: "3.8.0")
     _, cfg = config_mod.resolve("forward", "sm90", 128, 128, "bf16", 0.0, {"forward": {"num_warps": 8}},
-                                gluon_serves=True)
+                                serves_gluon=True)
     assert "gluon" not in cfg and cfg["num_warps"] == 8 and cfg["BLOCK_N"] == 64
     _, cfg = config_mod.resolve("forward", "sm90", 128, 128, "bf16", 0.0, {"backward": {"num_warps": 8}},
-                                gluon_serves=True)
+                                serves_gluon=True)
     assert cfg["gluon"] is True and cfg["num_warps"] == 4
     with pytest.raises(config_mod.ConfigOverrideError, match="config-file key"):
         config_mod.check_override({"gluon": False}, "sm90")

@@ -39,10 +39,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from ..config import GLUON_TILE_ROWS as BLOCK_M   # the config file's check and the launch know it too
+
 # Lengths and head counts never change the code (as in mha.kernels.forward); the lengths are
 # multiples of 128 here, which the JIT would otherwise specialize on.
 DO_NOT_SPECIALIZE = ("seqlen_q", "seqlen_k", "num_heads_q", "group")
-BLOCK_M = 128
 NUM_CONSUMERS = 2
 # Registers: 2 consumer warpgroups + the loader's warpgroup share the 64K register file, so the
 # launch bound is 65536 / (3 * 128) rounded down to 8; setmaxnreg then moves registers from the
@@ -241,27 +242,19 @@ def attn_fwd_gluon(q_desc, k_desc, v_desc, o_desc, Lse, qk_scale, seqlen_q, seql
         mbarrier.init(k_empty.index(i), count=NUM_CONSUMERS)
         mbarrier.init(v_empty.index(i), count=NUM_CONSUMERS)
 
+    # Two consumer partitions and the loader (NUM_CONSUMERS is 2: the host launches nothing else).
     # Argument tuples are written out at each call: a tuple assigned to a name first has its
     # constexprs turned into int32 scalars (Triton 3.8 assignment semantics).
-    if NUM_CONSUMERS == 2:
-        gl.warp_specialize([
-            (_consumer, (0, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Lse, qk_scale,
-                         q_row, q_col, lse_off, m0, diag_off, n_full, n_total, ROWS, HEAD_DIM, BLOCK_N, STAGES,
-                         CAUSAL)),
-            (_consumer, (1, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Lse, qk_scale,
-                         q_row, q_col, lse_off, m0, diag_off, n_full, n_total, ROWS, HEAD_DIM, BLOCK_N, STAGES,
-                         CAUSAL)),
-            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
-                       q_row, q_col, kv_row, kv_col, n_total, NUM_CONSUMERS, ROWS, BLOCK_N, STAGES)),
-        ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
-    else:
-        gl.warp_specialize([
-            (_consumer, (0, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Lse, qk_scale,
-                         q_row, q_col, lse_off, m0, diag_off, n_full, n_total, ROWS, HEAD_DIM, BLOCK_N, STAGES,
-                         CAUSAL)),
-            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
-                       q_row, q_col, kv_row, kv_col, n_total, NUM_CONSUMERS, ROWS, BLOCK_N, STAGES)),
-        ], [1], [LOADER_REGS])
+    gl.warp_specialize([
+        (_consumer, (0, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Lse, qk_scale,
+                     q_row, q_col, lse_off, m0, diag_off, n_full, n_total, ROWS, HEAD_DIM, BLOCK_N, STAGES,
+                     CAUSAL)),
+        (_consumer, (1, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Lse, qk_scale,
+                     q_row, q_col, lse_off, m0, diag_off, n_full, n_total, ROWS, HEAD_DIM, BLOCK_N, STAGES,
+                     CAUSAL)),
+        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
+                   q_row, q_col, kv_row, kv_col, n_total, NUM_CONSUMERS, ROWS, BLOCK_N, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
 # ----------------------------------------------------------------------------- host side
