@@ -2,11 +2,13 @@
 so that every tile loop ends in a partial tile (toolchain side: imports torch and mha).
 
 Each point of mha_ci.checksums.variants.problem_matrix (dtype, head dims, features) runs forward
-and backward at every geometry below. The lengths are multiples of no block size (the kernels'
-tiles are 16 to 256 rows), Sq < Sk and Sq > Sk both occur (bottom-right aligned masks leave
-whole query rows with no visible key when Sq > Sk under causal), and the varlen batch holds an
-empty sequence, a one-row sequence and ragged lengths whose packed rows end mid-tile. GQA
-(4 query heads on 2 KV heads) puts a group boundary inside every launch.
+and backward at every geometry below. The lengths of the first two are multiples of no block
+size (the kernels' tiles are 16 to 256 rows), Sq < Sk and Sq > Sk both occur (bottom-right
+aligned masks leave whole query rows with no visible key when Sq > Sk under causal), and the
+varlen batch holds an empty sequence, a one-row sequence and ragged lengths whose packed rows end
+mid-tile. The third is of whole 128-row tiles with Sk > Sq: the only lengths the sm90 Gluon
+forward takes (mha.config.gluon_lengths_ok), which would otherwise never launch here. GQA (4
+query heads on 2 KV heads) puts a group boundary inside every launch.
 
 Every tensor is its own allocation, and the child runs with the caching allocator off
 (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so the byte after a tensor is outside any allocation the
@@ -28,7 +30,8 @@ class Geometry:
     seqlen_k: int
 
 
-DENSE = (Geometry("sq211-sk333", 2, 211, 333), Geometry("sq333-sk77", 1, 333, 77))
+DENSE = (Geometry("sq211-sk333", 2, 211, 333), Geometry("sq333-sk77", 1, 333, 77),
+         Geometry("sq256-sk384", 1, 256, 384))
 # varlen: (q lengths, k lengths) per sequence: ragged, empty, one row, longer queries than keys
 VARLEN_Q = (77, 0, 211, 1, 130)
 VARLEN_K = (133, 0, 97, 5, 129)

@@ -136,3 +136,14 @@ def test_junit_lists_self_tests_problems_and_uncovered_variants(fake, tmp_path):
 
 def test_the_child_is_run_with_the_caching_allocator_off():
     assert memcheck._child_env()["PYTORCH_NO_CUDA_MEMORY_CACHING"] == "1"
+
+
+def test_the_dense_geometries_reach_partial_tiles_and_the_gluon_forward():
+    """Partial tiles for every Triton kernel (lengths a multiple of no tile from 16 to 256), and one
+    geometry the Gluon forward takes, so its recorded variants are launched and covered too."""
+    from mha.config import gluon_lengths_ok
+    from mha_ci.payloads.memcheck_problems import DENSE
+    ragged = [g for g in DENSE if all(n % tile for n in (g.seqlen_q, g.seqlen_k) for tile in (16, 32, 64, 128, 256))]
+    assert len(ragged) == 2 and {g.seqlen_q > g.seqlen_k for g in ragged} == {True, False}
+    assert any(gluon_lengths_ok(g.seqlen_q, g.seqlen_k, causal=True) for g in DENSE)
+
