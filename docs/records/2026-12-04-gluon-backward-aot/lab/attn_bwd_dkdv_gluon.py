@@ -29,12 +29,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+# Two consumer warpgroups and a loader warp, as the product's Gluon forward: its register budget.
+from mha.kernels.forward_gluon import CONSUMER_REGS, LOADER_REGS, MAXNREG, NUM_CONSUMERS  # noqa: E402
+
 BLOCK_N = 128          # keys per program
-NUM_CONSUMERS = 2
 ROWS = BLOCK_N // NUM_CONSUMERS
-MAXNREG = 168
-LOADER_REGS = 24
-CONSUMER_REGS = 240
 DO_NOT_SPECIALIZE = ("seqlen_q", "seqlen_k", "num_heads_k", "group")
 
 LOG2E: gl.constexpr = gl.constexpr(1.4426950408889634)

@@ -26,15 +26,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-BLOCK_M = 128          # query rows per program
-NUM_CONSUMERS = 2
-ROWS = BLOCK_M // NUM_CONSUMERS
-MAXNREG = 168
-LOADER_REGS = 24
-CONSUMER_REGS = 240
-DO_NOT_SPECIALIZE = ("seqlen_q", "seqlen_k", "num_heads_q", "group")
+# The register budget and the host-side helpers of the dK/dV kernel (the same split in partitions).
+from attn_bwd_dkdv_gluon import (CONSUMER_REGS, GL_DTYPES, LOADER_REGS, LOG2E, MAXNREG,  # noqa: E402
+                                 NUM_CONSUMERS, layout)
 
-LOG2E: gl.constexpr = gl.constexpr(1.4426950408889634)
+BLOCK_M = 128          # query rows per program
+ROWS = BLOCK_M // NUM_CONSUMERS
+DO_NOT_SPECIALIZE = ("seqlen_q", "seqlen_k", "num_heads_q", "group")
 
 
 @gluon.jit
@@ -180,13 +178,6 @@ def attn_bwd_dq_gluon(q_desc, do_desc, k_desc, v_desc, dq_desc, Lse, Delta, qk_s
 
 
 # ----------------------------------------------------------------------------- host side
-GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
-
-
-def layout(rows: int, dim: int, el):
-    return gl.NVMMASharedLayout.get_default_for([rows, dim], el)
-
-
 def run(q, k, v, do, lse, delta, causal: bool, sm_scale: float, block_n: int = 64, stages: int = 2):
     """dQ for contiguous (B, S, H, D) q/k/v/do and (B, Hq, Sq) float32 lse/delta."""
     batch, seqlen_q, heads_q, d = q.shape
