@@ -40,14 +40,23 @@ BOOLEAN_KEYS = ("warp_specialize", "single_pass")
 # need no mask. The warp-specialized forward runs one loop and so masks every block; it pays
 # only where nothing is masked (docs/configs.md, "Warp-specialized forward").
 UNMASKED = "unmasked"
-# A forward bucket may also hold `gluon`: a forward config of mha.kernels.forward_gluon plus
-# `"triton": "<version spec>"`, the toolchains that run it (Gluon's API is experimental and moves
-# between releases). Where the running Triton matches and the problem is one that kernel serves
-# (mha.launch.gluon_serves), it is used instead of the bucket's own config and of `unmasked`,
-# and the resolved config says so with `"gluon": true`; elsewhere it is ignored.
+# A bucket of either pass may also hold `gluon`: a config of the pass's Gluon kernels
+# (mha.kernels.forward_gluon, mha.kernels.backward_gluon) plus `"triton": "<version spec>"`, the
+# toolchains that run them (Gluon's API is experimental and moves between releases). Where the
+# running Triton matches and the problem is one those kernels serve (mha.launch.gluon_serves),
+# it is used instead of the bucket's own config and of `unmasked`, and the resolved config says
+# so with `"gluon": true`; elsewhere it is ignored.
 GLUON = "gluon"
-GLUON_TILE_ROWS = 128   # mha.kernels.forward_gluon's BLOCK_M: the lengths it takes are multiples
-GLUON_SHAPE = {"BLOCK_M": (GLUON_TILE_ROWS,), "BLOCK_N": (64, 128), "num_warps": (4,)}
+GLUON_TILE_ROWS = 128   # the Gluon kernels' tiles: the lengths they take are multiples
+# What the kernels' structure fixes: two consumer warpgroups of 4 warps and 64 rows (the forward's
+# query tile, the dK/dV key tile and the dQ query tile are 128 rows); query blocks of 64 in the
+# dK/dV kernel (128 spills: docs/configs.md); 2 stages in the backward, whose dQ rings of K and V
+# at BLOCK_N2 128 and D 128 take 192 KB of shared memory at 2 stages, and would not fit at 3.
+GLUON_SHAPE = {
+    "forward": {"BLOCK_M": (GLUON_TILE_ROWS,), "BLOCK_N": (64, 128), "num_warps": (4,)},
+    "backward": {"BLOCK_M1": (64,), "BLOCK_N1": (GLUON_TILE_ROWS,), "BLOCK_M2": (GLUON_TILE_ROWS,),
+                 "BLOCK_N2": (64, 128), "num_warps": (4,), "num_stages": (2,)},
+}
 
 
 # What a value may be, for `config=` overrides (check_override). Tiles are powers of two
@@ -117,12 +126,10 @@ def load_arch_configs(arch: str) -> dict:
 
 
 def _check_sub_config(cfg, pass_: str, where: str, name: str, extra: tuple[str, ...], allowed: set[str]) -> None:
-    """A bucket's nested config (`unmasked`, `gluon`): forward only, an object holding the forward's
-    required keys and `extra`, and nothing outside `allowed`."""
-    if pass_ != "forward":
-        raise ConfigFileError(f"{where}: only forward buckets may hold {name!r}")
+    """A bucket's nested config (`unmasked`, `gluon`): an object holding the pass's required keys
+    and `extra`, and nothing outside `allowed`."""
     if not isinstance(cfg, dict):
-        raise ConfigFileError(f"{where}: must be an object of forward config keys"
+        raise ConfigFileError(f"{where}: must be an object of {pass_} config keys"
                               f"{''.join(f' and {k!r}' for k in extra)}, got {cfg!r}")
     missing = [k for k in (*REQUIRED_KEYS[pass_], *extra) if k not in cfg]
     unknown = sorted(set(cfg) - allowed)
@@ -131,6 +138,8 @@ def _check_sub_config(cfg, pass_: str, where: str, name: str, extra: tuple[str, 
 
 
 def _check_unmasked(cfg, pass_: str, where: str) -> None:
+    if pass_ != "forward":
+        raise ConfigFileError(f"{where}: only forward buckets may hold {UNMASKED!r}")
     _check_sub_config(cfg, pass_, where, UNMASKED, (), keys_of(pass_))
     _check_booleans(cfg, where)
 
@@ -141,10 +150,9 @@ def _check_gluon(cfg, pass_: str, where: str) -> None:
         guards_mod.version_matches(cfg["triton"], "0")
     except guards_mod.GuardError as exc:
         raise ConfigFileError(f"{where}: {exc}") from None
-    # the kernel's tile is two 64-row consumer warpgroups of 4 warps
-    for key, allowed in GLUON_SHAPE.items():
+    for key, allowed in GLUON_SHAPE[pass_].items():
         if cfg[key] not in allowed:
-            raise ConfigFileError(f"{where}: the Gluon forward takes {key} in {list(allowed)}, got {cfg[key]!r}")
+            raise ConfigFileError(f"{where}: the Gluon {pass_} takes {key} in {list(allowed)}, got {cfg[key]!r}")
 
 
 def gluon_selected(cfg: dict | None, version: str | None = None) -> bool:
@@ -155,10 +163,10 @@ def gluon_selected(cfg: dict | None, version: str | None = None) -> bool:
 
 def gluon_serves(arch: str, dtype: str, dqk: int, dv: int, window: tuple[int, int], has_sink: bool, dropout: bool,
                  varlen: bool) -> bool:
-    """The problems mha.kernels.forward_gluon computes: sm90, fp16/bf16, Dqk == Dv of 64 or 128,
-    dense, at most a causal band (a window (-1, 0) is one), no sink, no dropout. One rule for the
-    launch (mha.launch.gluon_serves) and the tuner, which must know which shapes a bucket's
-    `gluon` config takes from its own."""
+    """The problems the Gluon kernels (forward_gluon, backward_gluon) compute: sm90, fp16/bf16,
+    Dqk == Dv of 64 or 128, dense, at most a causal band (a window (-1, 0) is one), no sink, no
+    dropout. One rule for both passes, the launch (mha.launch.gluon_serves) and the tuner, which
+    must know which shapes a bucket's `gluon` config takes from its own."""
     return (arch == "sm90" and dtype in ("fp16", "bf16") and dqk == dv and dqk in (64, 128) and not varlen
             and window[0] < 0 and window[1] <= 0 and not has_sink and not dropout)
 
@@ -347,7 +355,7 @@ def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: flo
     so an override cannot launch a known miscompile (the tuner's candidates are overrides).
     `banded`: the problem has a causal or sliding-window band; a problem without one takes the
     bucket's `unmasked` config where it has one (before the override, which still wins).
-    `serves_gluon`: the problem is one mha.kernels.forward_gluon serves (gluon_serves); it then takes the bucket's
+    `serves_gluon`: the problem is one the Gluon kernels serve (gluon_serves); it then takes the bucket's
     `gluon` config where that names the running toolchain (the result holds `"gluon": True`),
     unless an override sets keys of this pass: overrides configure the Triton kernels (the
     tuner's candidates time the bucket's own config, which the Gluon one is not).

@@ -181,6 +181,17 @@ def gluon_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             and forward_gluon.launch_grid(batch, heads_q, seqlen_q, causal)[1] <= MAX_GRID_YZ)
 
 
+def gluon_backward_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor,
+                             causal: bool) -> bool:
+    """What the Gluon backward needs of the tensors (mha.kernels.backward_gluon): the forward's
+    conditions, dO contiguous and TMA-readable too, and both kernels' grids within CUDA's limits."""
+    from .kernels import backward_gluon  # imported by kernel_specs already: its specs exist
+    (batch, seqlen_q, heads_q, _), (seqlen_k, heads_k) = q.shape, k.shape[1:3]
+    return (gluon_inputs_ok(q, k, v, causal) and dout.is_contiguous() and tma_ready(dout)
+            and backward_gluon.dkdv_grid(batch, heads_k, seqlen_k, causal)[1] <= MAX_GRID_YZ
+            and backward_gluon.dq_grid(batch, heads_q, seqlen_q, causal)[1] <= MAX_GRID_YZ)
+
+
 def _gluon_spec(problem: Problem, bucket: str, cfg: dict) -> KernelSpec:
     from .kernels import forward_gluon  # Triton with Gluon only: a config selected it for this toolchain
     d = problem.dqk
@@ -192,12 +203,28 @@ def _gluon_spec(problem: Problem, bucket: str, cfg: dict) -> KernelSpec:
                       cfg["num_stages"], bucket, "forward", {"maxnreg": forward_gluon.MAXNREG})
 
 
+def _gluon_backward_specs(problem: Problem, bucket: str, cfg: dict) -> dict[str, KernelSpec]:
+    from .kernels import backward_gluon as kernels  # Triton with Gluon only, as _gluon_spec
+    from .kernels.forward_gluon import MAXNREG
+    d, stages, causal = problem.dqk, cfg["num_stages"], problem.bound_right
+    scalars = {"qk_scale": "fp32", "sm_scale": "fp32", "seqlen_q": "i32", "seqlen_k": "i32", "group": "i32"}
+    parts = (("bwd_dkdv_gluon", kernels.attn_bwd_dkdv_gluon, kernels.dkdv_constexprs(d, cfg["BLOCK_M1"], stages, causal),
+              kernels.dkdv_signature_types(problem.dtype, d, cfg["BLOCK_M1"]) | {"num_heads_k": "i32"}),
+             ("bwd_dq_gluon", kernels.attn_bwd_dq_gluon, kernels.dq_constexprs(d, cfg["BLOCK_N2"], stages, causal),
+              kernels.dq_signature_types(problem.dtype, d, cfg["BLOCK_N2"])
+              | {"Lse": "*fp32", "Delta": "*fp32", "num_heads_q": "i32"}))
+    return {name: KernelSpec(name, fn, _ordered(fn, signature | scalars, constexprs), constexprs, cfg["num_warps"],
+                             stages, bucket, "backward", {"maxnreg": MAXNREG})
+            for name, fn, constexprs, signature in parts}
+
+
 def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dict[str, KernelSpec]:
     """Specs of the kernels of `problem` on `arch`: "fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", and
     "bwd_dkdv_dq" where the backward config asks for a single pass (`single_pass`; used only when
-    the caller allows nondeterminism, see `backward`), and "fwd_gluon" where the forward config
+    the caller allows nondeterminism, see `backward`); "fwd_gluon" where the forward config
     selects the Gluon forward for this problem and toolchain ("fwd" then runs the inputs it cannot
-    take, see `forward`)."""
+    take, see `forward`), and "bwd_dkdv_gluon" and "bwd_dq_gluon" where the backward config
+    selects the Gluon backward (likewise, see `backward`)."""
     ptr = "*" + problem.dtype
     drop_p = 0.5 if problem.dropout else 0.0  # only its being > 0 matters to the bucket rule
     common = dict(
@@ -230,6 +257,11 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
         if cfg.get(config_mod.GLUON):
             specs["fwd_gluon"] = _gluon_spec(problem, bucket, cfg)
 
+    if gluon_serves(problem, arch):
+        bucket, cfg = config_mod.resolve("backward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config,
+                                         serves_gluon=True)
+        if cfg.get(config_mod.GLUON):
+            specs |= _gluon_backward_specs(problem, bucket, cfg)
     bucket, cfg = config_mod.resolve("backward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config)
     pre = dict(HEAD_DV=problem.dv, BLOCK_DV=_block_dim(problem.dv), BLOCK_M=cfg["BLOCK_M2"],
                IS_VARLEN=problem.varlen)
@@ -460,10 +492,13 @@ def unordered_outputs(kernels) -> list[str]:
 def launched_kernels(specs: dict, pass_: str, deterministic: bool = False) -> tuple[str, ...]:
     """The specs a call launches for `pass_` ("forward" or "backward"): the forward runs fwd_gluon
     where kernel_specs made one (fwd for inputs it cannot take, see `forward`); the backward runs
+    bwd_dkdv_gluon and bwd_dq_gluon where kernel_specs made them (likewise, see `backward`), else
     bwd_dkdv_dq where its config asks for a single pass and the caller allows nondeterminism,
     else bwd_dkdv and bwd_dq."""
     if pass_ == "forward":
         return ("fwd_gluon",) if "fwd_gluon" in specs else ("fwd",)
+    if "bwd_dkdv_gluon" in specs:
+        return ("bwd_preprocess", "bwd_dkdv_gluon", "bwd_dq_gluon")
     if not deterministic and "bwd_dkdv_dq" in specs:
         return ("bwd_preprocess", "bwd_dkdv_dq")
     return ("bwd_preprocess", "bwd_dkdv", "bwd_dq")
@@ -472,8 +507,9 @@ def launched_kernels(specs: dict, pass_: str, deterministic: bool = False) -> tu
 def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, softmax_scale: float,
              window: tuple[int, int], dropout_p: float, rng: tuple[int, int], deterministic: bool = True):
     """Returns (dq, dk, dv, delta); delta = rowsum(dO * O) in the lse layout. Two kernels (dK/dV,
-    then dQ), bitwise reproducible; or, with deterministic False and a "bwd_dkdv_dq" spec, one
-    that adds dQ in atomics."""
+    then dQ), bitwise reproducible: the Gluon ones where kernel_specs made them and the inputs
+    allow it (gluon_backward_inputs_ok); or, with deterministic False and a "bwd_dkdv_dq" spec,
+    one that adds dQ in atomics."""
     delta = torch.empty_like(lse)
     dummy_i32 = cu_q if cu_q is not None else torch.empty(1, dtype=torch.int32, device=q.device)
     cu_k = cu_k if cu_k is not None else dummy_i32
@@ -482,6 +518,11 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
     _launch(pre, (geo.batch * geo.heads_q, triton.cdiv(geo.seqlen_q, pre.constexprs["BLOCK_M"])),
             [out, dout, delta, dummy_i32, *geo.bsh(out), *geo.bsh(dout), *lse_strides,
              geo.kernel_seqlens()[0], geo.heads_q])
+    gluon = specs.get("bwd_dkdv_gluon")
+    if gluon is not None and not dout.is_contiguous():
+        dout = dout.contiguous()   # the Gluon kernels read dO by TMA, as a (B*S, H*D) matrix
+    if gluon is not None and gluon_backward_inputs_ok(q, k, v, dout, gluon.constexprs["CAUSAL"]):
+        return (*backward_gluon(specs, geo, q, k, v, dout, lse, delta, softmax_scale), delta)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     group = geo.heads_q // geo.heads_k
     tail = [window[0], window[1], softmax_scale * LOG2E, softmax_scale, dropout_p, rng[0], rng[1], geo.seqlen_k]
@@ -503,6 +544,25 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
                    *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dq),
                    *lse_strides, *geo.kernel_seqlens(), geo.heads_q, group, *tail])
     return dq, dk, dv, delta
+
+
+def backward_gluon(specs: dict, geo: Geometry, q, k, v, dout, lse, delta, softmax_scale: float):
+    """(dq, dk, dv) by the Gluon dK/dV and dQ kernels (dense, lse and delta contiguous)."""
+    from .kernels import backward_gluon as kernels  # Triton with Gluon only (see _gluon_backward_specs)
+    dtype = DTYPE_NAMES[q.dtype]
+    scales = [softmax_scale * LOG2E, softmax_scale]
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    spec = specs["bwd_dkdv_gluon"]
+    causal = spec.constexprs["CAUSAL"]
+    descs = kernels.dkdv_descriptors(q, k, v, dout, dk, dv, lse, delta, dtype, spec.constexprs["BLOCK_M"])
+    _launch(spec, kernels.dkdv_grid(geo.batch, geo.heads_k, geo.seqlen_k, causal),
+            [*descs, *scales, geo.seqlen_q, geo.seqlen_k, geo.heads_k, geo.heads_q // geo.heads_k])
+    dq = torch.empty_like(q)
+    spec = specs["bwd_dq_gluon"]
+    descs = kernels.dq_descriptors(q, k, v, dout, dq, dtype, spec.constexprs["BLOCK_N"])
+    _launch(spec, kernels.dq_grid(geo.batch, geo.heads_q, geo.seqlen_q, causal),
+            [*descs, lse, delta, *scales, geo.seqlen_q, geo.seqlen_k, geo.heads_q, geo.heads_q // geo.heads_k])
+    return dq, dk, dv
 
 
 def default_scale(dqk: int) -> float:

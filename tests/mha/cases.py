@@ -23,6 +23,22 @@ class Case:
     dropout_p: float = 0.0
 
 
+# The sm90 Gluon kernels' GPU cases (tests/mha/test_forward_gluon.py, test_backward_gluon.py):
+# problems they take (lengths multiples of 128), and problems they leave to the Triton kernels.
+GLUON_CASES = {
+    "causal_gqa": Case(2, 256, 256, 4, 2, 128, 128, causal=True),
+    "causal_sk_longer": Case(1, 256, 640, 2, 1, 128, 128, causal=True),   # bottom-right aligned diagonal
+    "plain": Case(2, 384, 384, 4, 4, 128, 128),
+    "plain_sq_longer": Case(1, 512, 256, 3, 1, 128, 128),                # Sq > Sk, no band
+    "one_tile": Case(1, 128, 128, 1, 1, 128, 128, causal=True),          # one tile, on the diagonal
+}
+GLUON_FALLBACK_CASES = {
+    "sq200": Case(1, 200, 256, 2, 1, 128, 128, causal=True),             # Sq not a multiple of 128
+    "sk300": Case(1, 256, 300, 2, 1, 128, 128),                          # Sk not a multiple of 128
+    "causal_sq_longer": Case(1, 384, 256, 2, 2, 128, 128, causal=True),  # rows that see no key
+}
+
+
 def _leaf(t):
     return t.detach().clone().requires_grad_(True)
 

@@ -10,7 +10,7 @@ import torch
 import mha
 from mha import config as config_mod
 from mha import guards, launch
-from cases import Case, run_dense
+from cases import GLUON_CASES, GLUON_FALLBACK_CASES, run_dense
 from checks import dtype_param
 from conftest import HAS_CUDA
 
@@ -90,7 +90,7 @@ def test_an_override_of_the_forward_configures_the_triton_kernel(monkeypatch):
 def test_a_bad_gluon_config_is_refused(bad, message):
     with pytest.raises(config_mod.ConfigFileError, match=message):
         config_mod._check_gluon(bad, "forward", "f.json: forward.default.gluon")
-    with pytest.raises(config_mod.ConfigFileError, match="only forward buckets"):
+    with pytest.raises(config_mod.ConfigFileError, match="lacks keys"):      # the backward's keys differ
         config_mod._check_gluon(dict(GLUON_CONFIG), "backward", "f.json: backward.default.gluon")
 
 
@@ -102,13 +102,7 @@ needs_gluon = pytest.mark.skipif(HAS_CUDA and not SELECTED_HERE,
 @pytest.mark.gpu
 @needs_gluon
 @pytest.mark.parametrize("dtype", [dtype_param(torch.bfloat16), dtype_param(torch.float16)])
-@pytest.mark.parametrize("case", [
-    Case(2, 256, 256, 4, 2, 128, 128, causal=True),
-    Case(1, 256, 640, 2, 1, 128, 128, causal=True),        # Sk > Sq: bottom-right aligned diagonal
-    Case(2, 384, 384, 4, 4, 128, 128),
-    Case(1, 512, 256, 3, 1, 128, 128),                      # Sq > Sk, no band
-    Case(1, 128, 128, 1, 1, 128, 128, causal=True),         # one tile, on the diagonal
-], ids=["causal_gqa", "causal_sk_longer", "plain", "plain_sq_longer", "one_tile"])
+@pytest.mark.parametrize("case", GLUON_CASES.values(), ids=GLUON_CASES.keys())
 def test_results(case, dtype, device, launched):
     run_dense(case, dtype, device)
     assert launched[0] == "fwd_gluon"
@@ -116,11 +110,7 @@ def test_results(case, dtype, device, launched):
 
 @pytest.mark.gpu
 @needs_gluon
-@pytest.mark.parametrize("case", [
-    Case(1, 200, 256, 2, 1, 128, 128, causal=True),         # Sq not a multiple of 128
-    Case(1, 256, 300, 2, 1, 128, 128),                      # Sk not a multiple of 128
-    Case(1, 384, 256, 2, 2, 128, 128, causal=True),         # causal with Sq > Sk: rows that see no key
-], ids=["sq200", "sk300", "causal_sq_longer"])
+@pytest.mark.parametrize("case", GLUON_FALLBACK_CASES.values(), ids=GLUON_FALLBACK_CASES.keys())
 def test_other_inputs_run_the_triton_forward(case, device, launched):
     run_dense(case, torch.bfloat16, device)
     assert launched[0] == "fwd"

@@ -258,22 +258,33 @@ def attn_fwd_gluon(q_desc, k_desc, v_desc, o_desc, Lse, qk_scale, seqlen_q, seql
 
 
 # ----------------------------------------------------------------------------- host side
-GL_DTYPES = {"fp16": gl.float16, "bf16": gl.bfloat16}
+# (shared with mha.kernels.backward_gluon)
+GL_DTYPES = {"fp16": gl.float16, "bf16": gl.bfloat16, "fp32": gl.float32}
 
 
-def _layouts(dtype: str, head_dim: int, block_n: int):
-    el = GL_DTYPES[dtype]
-    rows = BLOCK_M // NUM_CONSUMERS
-    return (gl.NVMMASharedLayout.get_default_for([rows, head_dim], el),
-            gl.NVMMASharedLayout.get_default_for([block_n, head_dim], el))
+def shared_layout(dtype: str, box: tuple[int, ...]):
+    """The NVMMA shared-memory layout of a TMA box of `box` elements (what wgmma reads)."""
+    return gl.NVMMASharedLayout.get_default_for(list(box), GL_DTYPES[dtype])
+
+
+def desc_type(dtype: str, box: tuple[int, ...]) -> str:
+    """A descriptor argument's type as the runtime names it (TensorDescriptor's mangling): what an
+    ahead-of-time compile of the launch needs."""
+    return f"tensordesc<{dtype}[{','.join(map(str, box))}],{shared_layout(dtype, box)!r}>"
+
+
+def matrix_desc(t: torch.Tensor, dtype: str, rows: int) -> TensorDescriptor:
+    """A descriptor over contiguous (B, S, H, D) `t` seen as the (B*S, H*D) matrix, boxes of
+    `rows` x D: one head's rows of one batch."""
+    batch, length, heads, dim = t.shape
+    flat = t.view(batch * length, heads * dim)
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, dim], shared_layout(dtype, (rows, dim)))
 
 
 def signature_types(dtype: str, head_dim: int, block_n: int) -> dict:
-    """The descriptor arguments' types as the runtime names them (what an ahead-of-time compile of
-    the launch needs): q/o boxes of 64 rows, k/v boxes of BLOCK_N rows, each with its layout."""
-    q_layout, kv_layout = _layouts(dtype, head_dim, block_n)
-    q_type = f"tensordesc<{dtype}[{BLOCK_M // NUM_CONSUMERS},{head_dim}],{q_layout!r}>"
-    kv_type = f"tensordesc<{dtype}[{block_n},{head_dim}],{kv_layout!r}>"
+    """The descriptor arguments' types: q/o boxes of 64 rows, k/v boxes of BLOCK_N rows."""
+    q_type = desc_type(dtype, (BLOCK_M // NUM_CONSUMERS, head_dim))
+    kv_type = desc_type(dtype, (block_n, head_dim))
     return {"q_desc": q_type, "k_desc": kv_type, "v_desc": kv_type, "o_desc": q_type}
 
 
@@ -289,14 +300,6 @@ def launch_grid(batch: int, heads_q: int, seqlen_q: int, causal: bool) -> tuple[
 
 def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, dtype: str, block_n: int):
     """TMA descriptors over the (B*S, H*D) views of contiguous q, k, v and out."""
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    seqlen_k, heads_k = k.shape[1], k.shape[2]
-    q_layout, kv_layout = _layouts(dtype, head_dim, block_n)
     rows = BLOCK_M // NUM_CONSUMERS
-
-    def desc(t, length, heads, box, layout):
-        flat = t.view(batch * length, heads * head_dim)
-        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [box, head_dim], layout)
-
-    return (desc(q, seqlen_q, heads_q, rows, q_layout), desc(k, seqlen_k, heads_k, block_n, kv_layout),
-            desc(v, seqlen_k, heads_k, block_n, kv_layout), desc(out, seqlen_q, heads_q, rows, q_layout))
+    return (matrix_desc(q, dtype, rows), matrix_desc(k, dtype, block_n), matrix_desc(v, dtype, block_n),
+            matrix_desc(out, dtype, rows))

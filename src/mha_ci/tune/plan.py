@@ -52,6 +52,8 @@ def build(root: Path, pipeline, arch_name: str, toolchain_name: str, pass_: str,
         prune.by_resources(decisions, mine, arch.limits)
         plan_buckets.append({"bucket": target.bucket, "pass": pass_, "compile_problem": problem,
                              "current": own_config(config[pass_][target.bucket]),
+                             # with its `unmasked` and `gluon` configs: verify leaves out their shapes too
+                             "bucket_config": config[pass_][target.bucket],
                              "summary": prune.summary(decisions),
                              "shapes": target.shapes, "regressed": target.regressed,
                              "report_rows": target.report_rows,

@@ -30,7 +30,7 @@ from mha_ci.executors.base import PayloadRun
 from mha_ci.perf.buckets import bucket_of
 from mha_ci.perf.compare import GatePolicy
 from mha_ci.perf.request import PerfRequest
-from mha_ci.tune import outdir, select
+from mha_ci.tune import outdir, select, targets
 
 # The tests that exercise every bucket's forward and backward kernels on a GPU (the rest of the
 # suite checks validation, determinism and very large inputs, which a tile change cannot break
@@ -117,7 +117,9 @@ def choose(gate: GatePolicy, out: Path, plan: dict, max_candidates: int) -> dict
 
 
 def verify(request: PerfRequest, plan: dict, choices: dict, deadline: float) -> bool:
-    """Time current vs chosen on the full set's shapes of the changed buckets; True when done."""
+    """Time current vs chosen on the full set's shapes of the changed buckets that run the
+    bucket's own config (targets.own_config_shapes: a proposal does not change the shapes its
+    `unmasked` or `gluon` config takes); True when done."""
     changed = {b: c["config"] for b, c in choices.items() if c["choice"]}
     if not changed:
         return True
@@ -125,6 +127,13 @@ def verify(request: PerfRequest, plan: dict, choices: dict, deadline: float) -> 
     workloads = request.workloads()
     shapes = [{**w.to_dict(), "bucket": bucket_of(w.shape)} for w in workloads if w.shape.config_pass == plan["pass"]]
     shapes = [s for s in shapes if s["bucket"] in changed]
+    for bucket in plan["buckets"]:
+        if bucket["bucket"] in changed and bucket.get("bucket_config"):
+            mine = targets.own_config_shapes(targets.BucketTarget(bucket["bucket"], [s for s in shapes if
+                                                                                     s["bucket"] == bucket["bucket"]]),
+                                             bucket["bucket_config"], plan["arch"], plan.get("triton"))
+            kept = {s["key"] for s in mine.shapes}
+            shapes = [s for s in shapes if s["bucket"] != bucket["bucket"] or s["key"] in kept]
     outdir.write_json(out / "verify" / "plan.json", {"arch": plan["arch"], "shapes": shapes,
                                                      "configs": {b: {"proposed": cfg} for b, cfg in changed.items()}})
     log(f"verify: {len(shapes)} shapes of {', '.join(changed)} (the full set), current vs proposed")

@@ -275,6 +275,23 @@ def test_a_bucket_with_a_gluon_config_leaves_its_shapes_out_where_the_toolchain_
     assert targets.own_config_shapes(target, sm90, "gfx942", "3.8.0").shapes == golden.shapes
 
 
+def test_a_backward_gluon_config_leaves_its_backward_shapes_out_where_the_toolchain_runs_it():
+    """The backward bucket's `gluon` config (the Gluon dK/dV and dQ kernels) takes the same problems
+    as the forward's: tune of the backward leaves those shapes out under Triton 3.8 only."""
+    from mha_ci.perf.request import selected_workloads
+    entries = [w.to_dict() for w in selected_workloads(load_pipeline(ROOT), "full")]
+    target = targets.choose(entries, ["default"], None, "backward")[0]
+    sm90 = rules.load_config(ROOT, "sm90")["backward"]["default"]
+    assert sm90["gluon"]["triton"] == ">=3.8"
+    golden = targets.own_config_shapes(target, sm90, "sm90", "3.4.0")
+    top = targets.own_config_shapes(target, sm90, "sm90", "3.8.0")
+    gone = {e["key"] for e in golden.shapes} - {e["key"] for e in top.shapes}
+    assert "dense_b1_hq64_hk8_sq8192_sk8192_dqk128_dv128_c1_bwd" in gone
+    assert all(k.startswith("dense_") and "_dqk128_dv128_c" in k and k.endswith("_bwd") for k in gone)
+    assert "varlen_b1_hq64_hk8_sq8192_sk8192_dqk128_dv128_c1_bwd" in {e["key"] for e in top.shapes}
+    assert "gluon" not in plan.own_config(sm90) and plan.own_config(sm90)["num_warps"] == 8
+
+
 def test_unknown_bucket_is_a_usage_error():
     from mha_ci.errors import ConfigError
     with pytest.raises(ConfigError, match="unknown bucket"):

@@ -82,7 +82,8 @@ def test_backward_plan_holds_backward_shapes_and_configs(pipeline, workloads, tm
     plan = _plan(pipeline, workloads, "backward", tmp_path, monkeypatch, items)
     bucket = plan["buckets"][0]
     current = rules.load_config(ROOT, "sm90")["backward"]["default"]
-    assert plan["pass"] == "backward" and bucket["current"] == current
+    assert plan["pass"] == "backward" and bucket["current"] == plan_mod.own_config(current)
+    assert bucket["bucket_config"] == current and "gluon" in current      # verify reads its `gluon` config
     assert bucket["shapes"] and all(s["key"].endswith("_bwd") and s["shape"]["pass"] == "bwd"
                                     for s in bucket["shapes"])
     assert all(set(c["config"]) == set(REQUIRED_KEYS["backward"]) for c in bucket["candidates"])
@@ -137,7 +138,10 @@ def test_backward_run_chooses_the_fastest_config_verifies_and_proposes(pipeline,
     assert choice["choice"] == fastest and choice["config"] == timed[fastest]
     assert "output differs" in next(r["disqualified"] for r in choice["ranking"] if r["id"] == wrong)
     verify_plan = outdir.read_json(out / "verify" / "plan.json")
-    assert len(verify_plan["shapes"]) == len(bucket["shapes"])       # every full-set bwd shape, no fwd one
+    # every full-set bwd shape of the bucket that its own config runs: no fwd one, none the Gluon
+    # backward takes under the plan's Triton 3.8 (a proposal does not change those)
+    assert {s["key"] for s in verify_plan["shapes"]} == {s["key"] for s in bucket["shapes"]}
+    assert not any(s["key"] == "dense_b1_hq64_hk8_sq8192_sk8192_dqk128_dv128_c1_bwd" for s in verify_plan["shapes"])
     assert verify_plan["configs"] == {"default": {"proposed": timed[fastest]}}
 
     config = tune_repo / CONFIG
@@ -150,7 +154,8 @@ def test_backward_run_chooses_the_fastest_config_verifies_and_proposes(pipeline,
     assert proposal.propose(load_pipeline(tune_repo), out, branch="tune/bwd", executor_name="venv") == 0
     before = json.loads(config.read_text())
     shipped = json.loads(_git(tune_repo, "show", f"tune/bwd:{CONFIG}"))
-    assert shipped["backward"]["default"] == timed[fastest]
+    assert plan_mod.own_config(shipped["backward"]["default"]) == timed[fastest]
+    assert shipped["backward"]["default"]["gluon"] == before["backward"]["default"]["gluon"]     # kept as it was
     assert shipped["forward"] == before["forward"] and shipped["guards"] == before["guards"]
     assert {b: c for b, c in shipped["backward"].items() if b != "default"} == \
         {b: c for b, c in before["backward"].items() if b != "default"}
