@@ -62,10 +62,10 @@ LOG2E: gl.constexpr = gl.constexpr(1.4426950408889634)
 # ----------------------------------------------------------------------------- dK/dV
 @gluon.jit
 def _dkdv_loader(q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc, q_smem, do_smem, k_smem, v_smem, lse_smem,
-            delta_smem, kv_bar, ready, empty, kv_row, k_col, v_col, q_row0, hq0, lse_b, seqlen_q, group, m_lo,
-            n_blocks,
-            HEAD_DIM: gl.constexpr, HEAD_DV: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-            NUM_CONSUMERS: gl.constexpr, ROWS: gl.constexpr):
+                 delta_smem, kv_bar, ready, empty, kv_row, k_col, v_col, q_row0, hq0, lse_b, seqlen_q, group, m_lo,
+                 n_blocks,
+                 HEAD_DIM: gl.constexpr, HEAD_DV: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+                 NUM_CONSUMERS: gl.constexpr, ROWS: gl.constexpr):
     mbarrier.expect(kv_bar, NUM_CONSUMERS * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
     for c in gl.static_range(NUM_CONSUMERS):
         tma.async_copy_global_to_shared(k_desc, [kv_row + c * ROWS, k_col], kv_bar, k_smem.index(c))
@@ -93,8 +93,8 @@ def _dkdv_loader(q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc, q_smem, 
 
 @gluon.jit
 def _dkdv_step(t, m, k_c, v_c, q_smem, do_smem, lse_smem, delta_smem, ready, empty, dk, dv, qk_scale, keys, diff,
-          MASK: gl.constexpr, STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
-          s_layout: gl.constexpr, dk_layout: gl.constexpr, dv_layout: gl.constexpr):
+               MASK: gl.constexpr, STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
+               s_layout: gl.constexpr, dk_layout: gl.constexpr, dv_layout: gl.constexpr):
     """Query block at row m (slot t of the ring): dV += P^T dO, dK += dS^T Q for this consumer's keys."""
     R: gl.constexpr = k_c.shape[0]
     st = t % STAGES
@@ -133,9 +133,9 @@ def _dkdv_step(t, m, k_c, v_c, q_smem, do_smem, lse_smem, delta_smem, ready, emp
 
 @gluon.jit
 def _dkdv_consumer(CID: gl.constexpr, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem, delta_smem, kv_bar,
-              ready, empty, qk_scale, sm_scale, kv_row, k_col, v_col, n0, diff, group, m_lo, n_diag, n_blocks,
-              HEAD_DIM: gl.constexpr, HEAD_DV: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-              ROWS: gl.constexpr, CAUSAL: gl.constexpr):
+                   ready, empty, qk_scale, sm_scale, kv_row, k_col, v_col, n0, diff, group, m_lo, n_diag, n_blocks,
+                   HEAD_DIM: gl.constexpr, HEAD_DV: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+                   ROWS: gl.constexpr, CAUSAL: gl.constexpr):
     NW: gl.constexpr = gl.num_warps()
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                        instr_shape=[16, BLOCK_M, 16])
@@ -154,12 +154,12 @@ def _dkdv_consumer(CID: gl.constexpr, dk_desc, dv_desc, q_smem, do_smem, k_smem,
         if CAUSAL:
             for i in range(n_diag):
                 dk, dv = _dkdv_step(t, m_lo + i * BLOCK_M, k_c, v_c, q_smem, do_smem, lse_smem, delta_smem, ready,
-                               empty, dk, dv, qk_scale, keys, diff, True, STAGES, BLOCK_M, s_layout, dk_layout,
-                               dv_layout)
+                                    empty, dk, dv, qk_scale, keys, diff, True, STAGES, BLOCK_M, s_layout, dk_layout,
+                                    dv_layout)
                 t += 1
         for i in range(n_diag, n_blocks):
             dk, dv = _dkdv_step(t, m_lo + i * BLOCK_M, k_c, v_c, q_smem, do_smem, lse_smem, delta_smem, ready, empty,
-                           dk, dv, qk_scale, keys, diff, False, STAGES, BLOCK_M, s_layout, dk_layout, dv_layout)
+                                dk, dv, qk_scale, keys, diff, False, STAGES, BLOCK_M, s_layout, dk_layout, dv_layout)
             t += 1
     # The K and V slots are this consumer's staging buffers now: their last readers (the final
     # S^T and dP^T wgmma) have retired. Generic-proxy stores, a fence, then the TMA stores.
@@ -223,14 +223,15 @@ def attn_bwd_dkdv_gluon(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, lse_d
         mbarrier.init(empty.index(i), count=NUM_CONSUMERS)
 
     gl.warp_specialize([
-        (_dkdv_consumer, (0, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem, delta_smem, kv_bar, ready,
-                     empty, qk_scale, sm_scale, kv_row, k_col, v_col, n0, diff, group, m_lo, n_diag, n_blocks, HEAD_DIM, HEAD_DV, BLOCK_M, STAGES, ROWS, CAUSAL)),
-        (_dkdv_consumer, (1, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem, delta_smem, kv_bar, ready,
-                     empty, qk_scale, sm_scale, kv_row, k_col, v_col, n0, diff, group, m_lo, n_diag, n_blocks, HEAD_DIM, HEAD_DV, BLOCK_M, STAGES, ROWS, CAUSAL)),
-        (_dkdv_loader, (q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc, q_smem, do_smem, k_smem, v_smem, lse_smem,
-                   delta_smem, kv_bar, ready, empty, kv_row, k_col, v_col, q_row0, hq0, lse_b, seqlen_q, group, m_lo,
-                   n_blocks, HEAD_DIM, HEAD_DV, BLOCK_M, STAGES,
-                   NUM_CONSUMERS, ROWS)),
+        (_dkdv_consumer, (0, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem, delta_smem, kv_bar,
+                          ready, empty, qk_scale, sm_scale, kv_row, k_col, v_col, n0, diff, group, m_lo, n_diag,
+                          n_blocks, HEAD_DIM, HEAD_DV, BLOCK_M, STAGES, ROWS, CAUSAL)),
+        (_dkdv_consumer, (1, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem, delta_smem, kv_bar,
+                          ready, empty, qk_scale, sm_scale, kv_row, k_col, v_col, n0, diff, group, m_lo, n_diag,
+                          n_blocks, HEAD_DIM, HEAD_DV, BLOCK_M, STAGES, ROWS, CAUSAL)),
+        (_dkdv_loader, (q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc, q_smem, do_smem, k_smem, v_smem,
+                        lse_smem, delta_smem, kv_bar, ready, empty, kv_row, k_col, v_col, q_row0, hq0, lse_b,
+                        seqlen_q, group, m_lo, n_blocks, HEAD_DIM, HEAD_DV, BLOCK_M, STAGES, NUM_CONSUMERS, ROWS)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -238,8 +239,8 @@ def attn_bwd_dkdv_gluon(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, lse_d
 
 @gluon.jit
 def _dq_loader(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready,
-            v_empty, q_row, q_col, do_col, kv_row, k_col, v_col, n_total,
-            NUM_CONSUMERS: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+               v_empty, q_row, q_col, do_col, kv_row, k_col, v_col, n_total,
+               NUM_CONSUMERS: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     mbarrier.expect(q_bar, NUM_CONSUMERS * (q_desc.block_type.nbytes + do_desc.block_type.nbytes))
     for c in gl.static_range(NUM_CONSUMERS):
         tma.async_copy_global_to_shared(q_desc, [q_row + c * ROWS, q_col], q_bar, q_smem.index(c))
@@ -258,8 +259,8 @@ def _dq_loader(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem,
 
 @gluon.jit
 def _dq_step(j, q, do, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, dq, lse2, delta, qk_scale, rows, cols0,
-          diag_off, MASK: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
-          s_layout: gl.constexpr, dq_layout: gl.constexpr):
+             diag_off, MASK: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
+             s_layout: gl.constexpr, dq_layout: gl.constexpr):
     R: gl.constexpr = q.shape[0]
     st = j % STAGES
     ph = (j // STAGES) & 1
@@ -286,9 +287,9 @@ def _dq_step(j, q, do, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, dq, l
 
 @gluon.jit
 def _dq_consumer(CID: gl.constexpr, dq_desc, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
-              Lse, Delta, qk_scale, sm_scale, q_row, q_col, lse_off, m0, diag_off, n_full, n_total,
-              ROWS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              CAUSAL: gl.constexpr):
+                 Lse, Delta, qk_scale, sm_scale, q_row, q_col, lse_off, m0, diag_off, n_full, n_total,
+                 ROWS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                 CAUSAL: gl.constexpr):
     NW: gl.constexpr = gl.num_warps()
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -306,11 +307,11 @@ def _dq_consumer(CID: gl.constexpr, dq_desc, q_smem, do_smem, k_smem, v_smem, q_
     mbarrier.wait(q_bar, 0)
     for j in range(0, n_full):
         dq = _dq_step(j, q, do, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, dq, lse2, delta, qk_scale, rows,
-                   cols0, diag_off, False, STAGES, BLOCK_N, s_layout, dq_layout)
+                      cols0, diag_off, False, STAGES, BLOCK_N, s_layout, dq_layout)
     if CAUSAL:
         for j in range(n_full, n_total):
             dq = _dq_step(j, q, do, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, dq, lse2, delta, qk_scale,
-                       rows, cols0, diag_off, True, STAGES, BLOCK_N, s_layout, dq_layout)
+                          rows, cols0, diag_off, True, STAGES, BLOCK_N, s_layout, dq_layout)
     # This consumer's Q slot is its staging buffer now (its last reader, the final S wgmma, has
     # retired): generic-proxy stores, a fence, then the TMA store.
     q.store((dq * sm_scale).to(q.dtype))
@@ -366,15 +367,15 @@ def attn_bwd_dq_gluon(q_desc, do_desc, k_desc, v_desc, dq_desc, Lse, Delta, qk_s
         mbarrier.init(v_empty.index(i), count=NUM_CONSUMERS)
 
     gl.warp_specialize([
-        (_dq_consumer, (0, dq_desc, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Lse,
-                     Delta, qk_scale, sm_scale, q_row, h * HEAD_DIM, lse_off, m0, diag_off, n_full, n_total, ROWS,
-                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL)),
-        (_dq_consumer, (1, dq_desc, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Lse,
-                     Delta, qk_scale, sm_scale, q_row, h * HEAD_DIM, lse_off, m0, diag_off, n_full, n_total, ROWS,
-                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL)),
+        (_dq_consumer, (0, dq_desc, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
+                        Lse, Delta, qk_scale, sm_scale, q_row, h * HEAD_DIM, lse_off, m0, diag_off, n_full, n_total,
+                        ROWS, HEAD_DIM, BLOCK_N, STAGES, CAUSAL)),
+        (_dq_consumer, (1, dq_desc, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
+                        Lse, Delta, qk_scale, sm_scale, q_row, h * HEAD_DIM, lse_off, m0, diag_off, n_full, n_total,
+                        ROWS, HEAD_DIM, BLOCK_N, STAGES, CAUSAL)),
         (_dq_loader, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, k_empty,
-                   v_ready, v_empty, q_row, h * HEAD_DIM, h * HEAD_DV, kv_row, hk * HEAD_DIM, hk * HEAD_DV, n_total,
-                   NUM_CONSUMERS, ROWS, BLOCK_N, STAGES)),
+                      v_ready, v_empty, q_row, h * HEAD_DIM, h * HEAD_DV, kv_row, hk * HEAD_DIM, hk * HEAD_DV,
+                      n_total, NUM_CONSUMERS, ROWS, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
