@@ -192,30 +192,43 @@ def gluon_backward_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
             and backward_gluon.dq_grid(batch, heads_q, seqlen_q, causal)[1] <= MAX_GRID_YZ)
 
 
+# The Gluon specs are built from their values alone, so they are cached by those values: naming
+# the descriptor types is the costly part of a spec, and every forward call asks for its specs.
 def _gluon_spec(problem: Problem, bucket: str, cfg: dict) -> KernelSpec:
+    return _gluon_forward_spec(problem.dtype, problem.dqk, problem.bound_right, bucket, cfg["BLOCK_N"],
+                               cfg["num_warps"], cfg["num_stages"])
+
+
+@functools.lru_cache(maxsize=256)
+def _gluon_forward_spec(dtype: str, d: int, causal: bool, bucket: str, block_n: int, num_warps: int,
+                        stages: int) -> KernelSpec:
     from .kernels import forward_gluon  # Triton with Gluon only: a config selected it for this toolchain
-    d = problem.dqk
-    constexprs = forward_gluon.constexprs(d, cfg["BLOCK_N"], cfg["num_stages"], problem.bound_right)
-    signature = forward_gluon.signature_types(problem.dtype, d, cfg["BLOCK_N"]) | {
+    constexprs = forward_gluon.constexprs(d, block_n, stages, causal)
+    signature = forward_gluon.signature_types(dtype, d, block_n) | {
         "Lse": "*fp32", "qk_scale": "fp32", "seqlen_q": "i32", "seqlen_k": "i32", "num_heads_q": "i32", "group": "i32"}
     fn = forward_gluon.attn_fwd_gluon
-    return KernelSpec("fwd_gluon", fn, _ordered(fn, signature, constexprs), constexprs, cfg["num_warps"],
-                      cfg["num_stages"], bucket, "forward", {"maxnreg": forward_gluon.MAXNREG})
+    return KernelSpec("fwd_gluon", fn, _ordered(fn, signature, constexprs), constexprs, num_warps, stages, bucket,
+                      "forward", {"maxnreg": forward_gluon.MAXNREG})
 
 
 def _gluon_backward_specs(problem: Problem, bucket: str, cfg: dict) -> dict[str, KernelSpec]:
-    from .kernels import backward_gluon as kernels  # Triton with Gluon only, as _gluon_spec
+    return dict(_gluon_backward_spec_pair(problem.dtype, problem.dqk, problem.bound_right, bucket, cfg["BLOCK_M1"],
+                                          cfg["BLOCK_N2"], cfg["num_warps"], cfg["num_stages"]))
+
+
+@functools.lru_cache(maxsize=256)
+def _gluon_backward_spec_pair(dtype: str, d: int, causal: bool, bucket: str, block_m1: int, block_n2: int,
+                              num_warps: int, stages: int) -> tuple[tuple[str, KernelSpec], ...]:
+    from .kernels import backward_gluon as kernels  # Triton with Gluon only, as _gluon_forward_spec
     from .kernels.forward_gluon import MAXNREG
-    d, stages, causal = problem.dqk, cfg["num_stages"], problem.bound_right
     scalars = {"qk_scale": "fp32", "sm_scale": "fp32", "seqlen_q": "i32", "seqlen_k": "i32", "group": "i32"}
-    parts = (("bwd_dkdv_gluon", kernels.attn_bwd_dkdv_gluon, kernels.dkdv_constexprs(d, cfg["BLOCK_M1"], stages, causal),
-              kernels.dkdv_signature_types(problem.dtype, d, cfg["BLOCK_M1"]) | {"num_heads_k": "i32"}),
-             ("bwd_dq_gluon", kernels.attn_bwd_dq_gluon, kernels.dq_constexprs(d, cfg["BLOCK_N2"], stages, causal),
-              kernels.dq_signature_types(problem.dtype, d, cfg["BLOCK_N2"])
-              | {"Lse": "*fp32", "Delta": "*fp32", "num_heads_q": "i32"}))
-    return {name: KernelSpec(name, fn, _ordered(fn, signature | scalars, constexprs), constexprs, cfg["num_warps"],
-                             stages, bucket, "backward", {"maxnreg": MAXNREG})
-            for name, fn, constexprs, signature in parts}
+    parts = (("bwd_dkdv_gluon", kernels.attn_bwd_dkdv_gluon, kernels.dkdv_constexprs(d, block_m1, stages, causal),
+              kernels.dkdv_signature_types(dtype, d, block_m1) | {"num_heads_k": "i32"}),
+             ("bwd_dq_gluon", kernels.attn_bwd_dq_gluon, kernels.dq_constexprs(d, block_n2, stages, causal),
+              kernels.dq_signature_types(dtype, d, block_n2) | {"Lse": "*fp32", "Delta": "*fp32", "num_heads_q": "i32"}))
+    return tuple((name, KernelSpec(name, fn, _ordered(fn, signature | scalars, constexprs), constexprs, num_warps,
+                                   stages, bucket, "backward", {"maxnreg": MAXNREG}))
+                 for name, fn, constexprs, signature in parts)
 
 
 def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dict[str, KernelSpec]:

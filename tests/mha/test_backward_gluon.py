@@ -62,6 +62,8 @@ def test_the_gluon_specs():
         assert spec.options == {"maxnreg": 168} and spec.num_warps == 4 and spec.pass_ == "backward"
         assert launch.aligned_specialization(spec)["seqlen_q"] == "none"
     assert launch.aligned_specialization(dq)["Lse"] == "aligned16"
+    again = launch.kernel_specs(launch.Problem("fp16", 128, 128, causal=True), "sm90")
+    assert again["bwd_dkdv_gluon"] is dkdv and again["fwd_gluon"] is specs["fwd_gluon"]     # built once
 
 
 def test_an_override_of_the_backward_configures_the_triton_kernels(monkeypatch):
