@@ -125,7 +125,7 @@ def load_arch_configs(arch: str) -> dict:
     return data
 
 
-def _check_sub_config(cfg, pass_: str, where: str, name: str, extra: tuple[str, ...], allowed: set[str]) -> None:
+def _check_sub_config(cfg, pass_: str, where: str, extra: tuple[str, ...], allowed: set[str]) -> None:
     """A bucket's nested config (`unmasked`, `gluon`): an object holding the pass's required keys
     and `extra`, and nothing outside `allowed`."""
     if not isinstance(cfg, dict):
@@ -140,12 +140,12 @@ def _check_sub_config(cfg, pass_: str, where: str, name: str, extra: tuple[str, 
 def _check_unmasked(cfg, pass_: str, where: str) -> None:
     if pass_ != "forward":
         raise ConfigFileError(f"{where}: only forward buckets may hold {UNMASKED!r}")
-    _check_sub_config(cfg, pass_, where, UNMASKED, (), keys_of(pass_))
+    _check_sub_config(cfg, pass_, where, (), keys_of(pass_))
     _check_booleans(cfg, where)
 
 
 def _check_gluon(cfg, pass_: str, where: str) -> None:
-    _check_sub_config(cfg, pass_, where, GLUON, ("triton",), {*REQUIRED_KEYS[pass_], "triton"})
+    _check_sub_config(cfg, pass_, where, ("triton",), {*REQUIRED_KEYS[pass_], "triton"})
     try:
         guards_mod.version_matches(cfg["triton"], "0")
     except guards_mod.GuardError as exc:

@@ -181,24 +181,18 @@ def gluon_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             and forward_gluon.launch_grid(batch, heads_q, seqlen_q, causal)[1] <= MAX_GRID_YZ)
 
 
-def gluon_backward_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor,
-                             causal: bool) -> bool:
-    """What the Gluon backward needs of the tensors (mha.kernels.backward_gluon): the forward's
-    conditions, dO contiguous and TMA-readable too, and both kernels' grids within CUDA's limits."""
-    from .kernels import backward_gluon  # imported by kernel_specs already: its specs exist
-    (batch, seqlen_q, heads_q, _), (seqlen_k, heads_k) = q.shape, k.shape[1:3]
-    return (gluon_inputs_ok(q, k, v, causal) and dout.is_contiguous() and tma_ready(dout)
-            and backward_gluon.dkdv_grid(batch, heads_k, seqlen_k, causal)[1] <= MAX_GRID_YZ
-            and backward_gluon.dq_grid(batch, heads_q, seqlen_q, causal)[1] <= MAX_GRID_YZ)
+def gluon_backward_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
+    """What the Gluon backward needs of q, k and v (mha.kernels.backward_gluon): the forward's
+    conditions (which hold the dQ kernel's grid, the forward's), and the dK/dV kernel's grid within
+    CUDA's limits. dO must be contiguous and TMA-readable too (`backward` sees to it)."""
+    from .kernels import forward_gluon  # imported by kernel_specs already: a Gluon spec exists
+    batch, seqlen_k, heads_k, _ = k.shape
+    return (gluon_inputs_ok(q, k, v, causal)
+            and forward_gluon.launch_grid(batch, heads_k, seqlen_k, causal)[1] <= MAX_GRID_YZ)
 
 
 # The Gluon specs are built from their values alone, so they are cached by those values: naming
 # the descriptor types is the costly part of a spec, and every forward call asks for its specs.
-def _gluon_spec(problem: Problem, bucket: str, cfg: dict) -> KernelSpec:
-    return _gluon_forward_spec(problem.dtype, problem.dqk, problem.bound_right, bucket, cfg["BLOCK_N"],
-                               cfg["num_warps"], cfg["num_stages"])
-
-
 @functools.lru_cache(maxsize=256)
 def _gluon_forward_spec(dtype: str, d: int, causal: bool, bucket: str, block_n: int, num_warps: int,
                         stages: int) -> KernelSpec:
@@ -209,11 +203,6 @@ def _gluon_forward_spec(dtype: str, d: int, causal: bool, bucket: str, block_n: 
     fn = forward_gluon.attn_fwd_gluon
     return KernelSpec("fwd_gluon", fn, _ordered(fn, signature, constexprs), constexprs, num_warps, stages, bucket,
                       "forward", {"maxnreg": forward_gluon.MAXNREG})
-
-
-def _gluon_backward_specs(problem: Problem, bucket: str, cfg: dict) -> dict[str, KernelSpec]:
-    return dict(_gluon_backward_spec_pair(problem.dtype, problem.dqk, problem.bound_right, bucket, cfg["BLOCK_M1"],
-                                          cfg["BLOCK_N2"], cfg["num_warps"], cfg["num_stages"]))
 
 
 @functools.lru_cache(maxsize=256)
@@ -268,13 +257,16 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
         bucket, cfg = config_mod.resolve("forward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config,
                                          banded=problem.bound_left or problem.bound_right, serves_gluon=True)
         if cfg.get(config_mod.GLUON):
-            specs["fwd_gluon"] = _gluon_spec(problem, bucket, cfg)
+            specs["fwd_gluon"] = _gluon_forward_spec(problem.dtype, problem.dqk, problem.bound_right, bucket,
+                                                     cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"])
 
     if gluon_serves(problem, arch):
         bucket, cfg = config_mod.resolve("backward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config,
                                          serves_gluon=True)
         if cfg.get(config_mod.GLUON):
-            specs |= _gluon_backward_specs(problem, bucket, cfg)
+            specs.update(_gluon_backward_spec_pair(problem.dtype, problem.dqk, problem.bound_right, bucket,
+                                                   cfg["BLOCK_M1"], cfg["BLOCK_N2"], cfg["num_warps"],
+                                                   cfg["num_stages"]))
     bucket, cfg = config_mod.resolve("backward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config)
     pre = dict(HEAD_DV=problem.dv, BLOCK_DV=_block_dim(problem.dv), BLOCK_M=cfg["BLOCK_M2"],
                IS_VARLEN=problem.varlen)
@@ -480,7 +472,7 @@ def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_
 
 
 def forward_gluon(spec: KernelSpec, geo: Geometry, q, k, v, softmax_scale: float):
-    from .kernels import forward_gluon as kernel  # Triton with Gluon only (see _gluon_spec)
+    from .kernels import forward_gluon as kernel  # Triton with Gluon only (see _gluon_forward_spec)
     out = torch.empty((geo.batch, geo.seqlen_q, geo.heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
     lse = torch.empty((geo.batch, geo.heads_q, geo.seqlen_q), dtype=torch.float32, device=q.device)
     descs = kernel.descriptors(q, k, v, out, DTYPE_NAMES[q.dtype], spec.constexprs["BLOCK_N"])
@@ -532,10 +524,10 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
             [out, dout, delta, dummy_i32, *geo.bsh(out), *geo.bsh(dout), *lse_strides,
              geo.kernel_seqlens()[0], geo.heads_q])
     gluon = specs.get("bwd_dkdv_gluon")
-    if gluon is not None and not dout.is_contiguous():
+    if gluon is not None and gluon_backward_inputs_ok(q, k, v, gluon.constexprs["CAUSAL"]):
         dout = dout.contiguous()   # the Gluon kernels read dO by TMA, as a (B*S, H*D) matrix
-    if gluon is not None and gluon_backward_inputs_ok(q, k, v, dout, gluon.constexprs["CAUSAL"]):
-        return (*backward_gluon(specs, geo, q, k, v, dout, lse, delta, softmax_scale), delta)
+        if tma_ready(dout):
+            return (*backward_gluon(specs, geo, q, k, v, dout, lse, delta, softmax_scale), delta)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     group = geo.heads_q // geo.heads_k
     tail = [window[0], window[1], softmax_scale * LOG2E, softmax_scale, dropout_p, rng[0], rng[1], geo.seqlen_k]
@@ -561,19 +553,20 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
 
 def backward_gluon(specs: dict, geo: Geometry, q, k, v, dout, lse, delta, softmax_scale: float):
     """(dq, dk, dv) by the Gluon dK/dV and dQ kernels (dense, lse and delta contiguous)."""
-    from .kernels import backward_gluon as kernels  # Triton with Gluon only (see _gluon_backward_specs)
+    from .kernels import backward_gluon as kernels  # Triton with Gluon only (see _gluon_backward_spec_pair)
+    from .kernels.forward_gluon import launch_grid
     dtype = DTYPE_NAMES[q.dtype]
     scales = [softmax_scale * LOG2E, softmax_scale]
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     spec = specs["bwd_dkdv_gluon"]
     causal = spec.constexprs["CAUSAL"]
     descs = kernels.dkdv_descriptors(q, k, v, dout, dk, dv, lse, delta, dtype, spec.constexprs["BLOCK_M"])
-    _launch(spec, kernels.dkdv_grid(geo.batch, geo.heads_k, geo.seqlen_k, causal),
+    _launch(spec, launch_grid(geo.batch, geo.heads_k, geo.seqlen_k, causal),
             [*descs, *scales, geo.seqlen_q, geo.seqlen_k, geo.heads_k, geo.heads_q // geo.heads_k])
     dq = torch.empty_like(q)
     spec = specs["bwd_dq_gluon"]
     descs = kernels.dq_descriptors(q, k, v, dout, dq, dtype, spec.constexprs["BLOCK_N"])
-    _launch(spec, kernels.dq_grid(geo.batch, geo.heads_q, geo.seqlen_q, causal),
+    _launch(spec, launch_grid(geo.batch, geo.heads_q, geo.seqlen_q, causal),
             [*descs, lse, delta, *scales, geo.seqlen_q, geo.seqlen_k, geo.heads_q, geo.heads_q // geo.heads_k])
     return dq, dk, dv
 

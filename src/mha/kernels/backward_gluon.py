@@ -48,9 +48,11 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 # Two consumer warpgroups and a loader warp, as the forward: its register budget and host helpers.
 from .forward_gluon import (CONSUMER_REGS, LOADER_REGS, NUM_CONSUMERS, desc_type, matrix_desc,
                             shared_layout)
-from .forward_gluon import BLOCK_M as DQ_ROWS   # query rows per dQ program: the forward's tile
+# The forward's tile: both kernels' grids are its launch_grid (key tiles of the KV heads for dK/dV).
+from .forward_gluon import BLOCK_M as TILE_ROWS
 
-DKDV_KEYS = 128        # keys per dK/dV program
+DQ_ROWS = TILE_ROWS    # query rows per dQ program
+DKDV_KEYS = TILE_ROWS  # keys per dK/dV program
 # Lengths and head counts never change the code; the lengths are multiples of 128 here, which
 # the JIT would otherwise specialize on.
 DKDV_DO_NOT_SPECIALIZE = ("seqlen_q", "seqlen_k", "num_heads_k", "group")
@@ -409,16 +411,6 @@ def dkdv_constexprs(head_dim: int, block_m: int, stages: int, causal: bool) -> d
 
 def dq_constexprs(head_dim: int, block_n: int, stages: int, causal: bool) -> dict:
     return _common_constexprs(head_dim, stages, causal) | {"BLOCK_M": DQ_ROWS, "BLOCK_N": block_n}
-
-
-def dkdv_grid(batch: int, heads_k: int, seqlen_k: int, causal: bool) -> tuple[int, int]:
-    tiles = seqlen_k // DKDV_KEYS
-    return (batch * heads_k, tiles) if causal else (tiles, batch * heads_k)
-
-
-def dq_grid(batch: int, heads_q: int, seqlen_q: int, causal: bool) -> tuple[int, int]:
-    tiles = seqlen_q // DQ_ROWS
-    return (batch * heads_q, tiles) if causal else (tiles, batch * heads_q)
 
 
 def _row_desc(t: torch.Tensor, block_m: int) -> TensorDescriptor:

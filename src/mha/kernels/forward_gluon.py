@@ -293,9 +293,12 @@ def constexprs(head_dim: int, block_n: int, stages: int, causal: bool) -> dict:
             "NUM_CONSUMERS": NUM_CONSUMERS, "LOADER_REGS": LOADER_REGS, "CONSUMER_REGS": CONSUMER_REGS}
 
 
-def launch_grid(batch: int, heads_q: int, seqlen_q: int, causal: bool) -> tuple[int, int]:
-    tiles = seqlen_q // BLOCK_M
-    return (batch * heads_q, tiles) if causal else (tiles, batch * heads_q)
+def launch_grid(batch: int, heads: int, seqlen: int, causal: bool) -> tuple[int, int]:
+    """The grid of the 128-row tiles of `seqlen` in each (batch, head) slice: (slices, tiles) for
+    causal, else (tiles, slices). The forward's and the dQ kernel's (query tiles of the query
+    heads), and the dK/dV kernel's (key tiles of the KV heads)."""
+    tiles = seqlen // BLOCK_M
+    return (batch * heads, tiles) if causal else (tiles, batch * heads)
 
 
 def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, dtype: str, block_n: int):

@@ -128,12 +128,12 @@ def verify(request: PerfRequest, plan: dict, choices: dict, deadline: float) -> 
     shapes = [{**w.to_dict(), "bucket": bucket_of(w.shape)} for w in workloads if w.shape.config_pass == plan["pass"]]
     shapes = [s for s in shapes if s["bucket"] in changed]
     for bucket in plan["buckets"]:
-        if bucket["bucket"] in changed and bucket.get("bucket_config"):
-            mine = targets.own_config_shapes(targets.BucketTarget(bucket["bucket"], [s for s in shapes if
-                                                                                     s["bucket"] == bucket["bucket"]]),
-                                             bucket["bucket_config"], plan["arch"], plan.get("triton"))
+        name = bucket["bucket"]
+        if name in changed and bucket.get("bucket_config"):      # a plan.json older than bucket_config: all
+            target = targets.BucketTarget(name, [s for s in shapes if s["bucket"] == name])
+            mine = targets.own_config_shapes(target, bucket["bucket_config"], plan["arch"], plan.get("triton"))
             kept = {s["key"] for s in mine.shapes}
-            shapes = [s for s in shapes if s["bucket"] != bucket["bucket"] or s["key"] in kept]
+            shapes = [s for s in shapes if s["bucket"] != name or s["key"] in kept]
     outdir.write_json(out / "verify" / "plan.json", {"arch": plan["arch"], "shapes": shapes,
                                                      "configs": {b: {"proposed": cfg} for b, cfg in changed.items()}})
     log(f"verify: {len(shapes)} shapes of {', '.join(changed)} (the full set), current vs proposed")
