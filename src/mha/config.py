@@ -41,11 +41,12 @@ BOOLEAN_KEYS = ("warp_specialize", "single_pass")
 # only where nothing is masked (docs/configs.md, "Warp-specialized forward").
 UNMASKED = "unmasked"
 # A bucket of either pass may also hold `gluon`: a config of the pass's Gluon kernels
-# (mha.kernels.forward_gluon, mha.kernels.backward_gluon) plus `"triton": "<version spec>"`, the
-# toolchains that run them (Gluon's API is experimental and moves between releases). Where the
-# running Triton matches and the problem is one those kernels serve (mha.launch.gluon_serves),
-# it is used instead of the bucket's own config and of `unmasked`, and the resolved config says
-# so with `"gluon": true`; elsewhere it is ignored.
+# (mha.kernels.forward_gluon, mha.kernels.backward_gluon, and for the `pe` bucket's backward
+# mha.kernels.backward_gluon_pe) plus `"triton": "<version spec>"`, the toolchains that run them
+# (Gluon's API is experimental and moves between releases). Where the running Triton matches and
+# the problem is one those kernels serve (gluon_serves), it is used instead of the bucket's own
+# config and of `unmasked`, and the resolved config says so with `"gluon": true`; elsewhere it is
+# ignored.
 GLUON = "gluon"
 GLUON_TILE_ROWS = 128   # the Gluon kernels' tiles: the lengths they take are multiples
 # What the kernels' structure fixes: two consumer warpgroups of 4 warps and 64 rows (the forward's
@@ -57,7 +58,13 @@ GLUON_SHAPE = {
     "backward": {"BLOCK_M1": (64,), "BLOCK_N1": (GLUON_TILE_ROWS,), "BLOCK_M2": (GLUON_TILE_ROWS,),
                  "BLOCK_N2": (64, 128), "num_warps": (4,), "num_stages": (2,)},
 }
-
+# The `pe` bucket's Gluon backward is the dK/dV kernel alone (mha.kernels.backward_gluon_pe), for
+# Dqk 192 / Dv 128; dQ runs the Triton kernel with the bucket's own BLOCK_M2/BLOCK_N2. Its config
+# holds the dK/dV keys only; its consumers hold dK in two parts, so query blocks are 32 rows (64
+# spills: docs/configs.md). No Gluon forward serves the bucket.
+GLUON_PE = "pe"
+GLUON_PE_DIMS = (192, 128)
+GLUON_PE_SHAPE = {"BLOCK_M1": (32,), "BLOCK_N1": (GLUON_TILE_ROWS,), "num_warps": (4,), "num_stages": (2, 3)}
 
 # What a value may be, for `config=` overrides (check_override). Tiles are powers of two
 # (tl.arange) of at least 16 (tl.dot needs 16 along each dimension) and at most 256: guards fence
@@ -117,7 +124,7 @@ def load_arch_configs(arch: str) -> dict:
             if UNMASKED in section[bucket]:
                 _check_unmasked(section[bucket][UNMASKED], pass_, f"{path}: {pass_}.{bucket}.{UNMASKED}")
             if GLUON in section[bucket]:
-                _check_gluon(section[bucket][GLUON], pass_, f"{path}: {pass_}.{bucket}.{GLUON}")
+                _check_gluon(section[bucket][GLUON], pass_, bucket, f"{path}: {pass_}.{bucket}.{GLUON}")
     try:
         guards_mod.check_config(data, str(path), {p: keys_of(p) for p in PASSES}, select_bucket)
     except guards_mod.GuardError as exc:
@@ -125,13 +132,12 @@ def load_arch_configs(arch: str) -> dict:
     return data
 
 
-def _check_sub_config(cfg, pass_: str, where: str, extra: tuple[str, ...], allowed: set[str]) -> None:
-    """A bucket's nested config (`unmasked`, `gluon`): an object holding the pass's required keys
-    and `extra`, and nothing outside `allowed`."""
+def _check_sub_config(cfg, where: str, required: tuple[str, ...], allowed: set[str]) -> None:
+    """A bucket's nested config (`unmasked`, `gluon`): an object holding `required`, and nothing
+    outside `allowed`."""
     if not isinstance(cfg, dict):
-        raise ConfigFileError(f"{where}: must be an object of {pass_} config keys"
-                              f"{''.join(f' and {k!r}' for k in extra)}, got {cfg!r}")
-    missing = [k for k in (*REQUIRED_KEYS[pass_], *extra) if k not in cfg]
+        raise ConfigFileError(f"{where}: must be an object of the keys {list(required)}, got {cfg!r}")
+    missing = [k for k in required if k not in cfg]
     unknown = sorted(set(cfg) - allowed)
     if missing or unknown:
         raise ConfigFileError(f"{where}: lacks keys {missing}" if missing else f"{where}: unknown keys {unknown}")
@@ -140,17 +146,21 @@ def _check_sub_config(cfg, pass_: str, where: str, extra: tuple[str, ...], allow
 def _check_unmasked(cfg, pass_: str, where: str) -> None:
     if pass_ != "forward":
         raise ConfigFileError(f"{where}: only forward buckets may hold {UNMASKED!r}")
-    _check_sub_config(cfg, pass_, where, (), keys_of(pass_))
+    _check_sub_config(cfg, where, REQUIRED_KEYS[pass_], keys_of(pass_))
     _check_booleans(cfg, where)
 
 
-def _check_gluon(cfg, pass_: str, where: str) -> None:
-    _check_sub_config(cfg, pass_, where, ("triton",), {*REQUIRED_KEYS[pass_], "triton"})
+def _check_gluon(cfg, pass_: str, bucket: str, where: str) -> None:
+    if bucket == GLUON_PE and pass_ == "forward":
+        raise ConfigFileError(f"{where}: no Gluon forward serves the {GLUON_PE!r} bucket")
+    shape = GLUON_PE_SHAPE if bucket == GLUON_PE else GLUON_SHAPE[pass_]
+    keys = (*(shape if bucket == GLUON_PE else REQUIRED_KEYS[pass_]), "triton")
+    _check_sub_config(cfg, where, keys, set(keys))
     try:
         guards_mod.version_matches(cfg["triton"], "0")
     except guards_mod.GuardError as exc:
         raise ConfigFileError(f"{where}: {exc}") from None
-    for key, allowed in GLUON_SHAPE[pass_].items():
+    for key, allowed in shape.items():
         if cfg[key] not in allowed:
             raise ConfigFileError(f"{where}: the Gluon {pass_} takes {key} in {list(allowed)}, got {cfg[key]!r}")
 
@@ -161,13 +171,15 @@ def gluon_selected(cfg: dict | None, version: str | None = None) -> bool:
     return cfg is not None and version is not None and guards_mod.version_matches(cfg["triton"], version)
 
 
-def gluon_serves(arch: str, dtype: str, dqk: int, dv: int, window: tuple[int, int], has_sink: bool, dropout: bool,
-                 varlen: bool) -> bool:
-    """The problems the Gluon kernels (forward_gluon, backward_gluon) compute: sm90, fp16/bf16,
-    Dqk == Dv of 64 or 128, dense, at most a causal band (a window (-1, 0) is one), no sink, no
-    dropout. One rule for both passes, the launch (mha.launch.gluon_serves) and the tuner, which
-    must know which shapes a bucket's `gluon` config takes from its own."""
-    return (arch == "sm90" and dtype in ("fp16", "bf16") and dqk == dv and dqk in (64, 128) and not varlen
+def gluon_serves(pass_: str, arch: str, dtype: str, dqk: int, dv: int, window: tuple[int, int], has_sink: bool,
+                 dropout: bool, varlen: bool) -> bool:
+    """The problems the Gluon kernels of `pass_` compute: sm90, fp16/bf16, dense, at most a causal
+    band (a window (-1, 0) is one), no sink, no dropout; Dqk == Dv of 64 or 128 (forward_gluon,
+    backward_gluon), and for the backward also Dqk 192 / Dv 128 (backward_gluon_pe, the `pe`
+    bucket's). One rule for the launch (mha.launch.gluon_serves) and the tuner, which must know
+    which shapes a bucket's `gluon` config takes from its own."""
+    dims = (dqk == dv and dqk in (64, 128)) or (pass_ == "backward" and (dqk, dv) == GLUON_PE_DIMS)
+    return (arch == "sm90" and dtype in ("fp16", "bf16") and dims and not varlen
             and window[0] < 0 and window[1] <= 0 and not has_sink and not dropout)
 
 

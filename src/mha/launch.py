@@ -163,11 +163,11 @@ def _ordered(fn, signature: dict, constexprs: dict) -> dict:
     return {n: "constexpr" if n in constexprs else signature[n] for n in names}
 
 
-def gluon_serves(problem: Problem, arch: str) -> bool:
-    """Whether mha.kernels.forward_gluon can compute `problem` (for inputs that pass
-    gluon_inputs_ok): mha.config.gluon_serves."""
-    return config_mod.gluon_serves(arch, problem.dtype, problem.dqk, problem.dv, problem.window, problem.has_sink,
-                                   problem.dropout, problem.varlen)
+def gluon_serves(problem: Problem, arch: str, pass_: str) -> bool:
+    """Whether the Gluon kernels of `pass_` can compute `problem` (for inputs that pass
+    gluon_inputs_ok, or gluon_backward_inputs_ok): mha.config.gluon_serves."""
+    return config_mod.gluon_serves(pass_, arch, problem.dtype, problem.dqk, problem.dv, problem.window,
+                                   problem.has_sink, problem.dropout, problem.varlen)
 
 
 def gluon_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
@@ -182,9 +182,9 @@ def gluon_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 
 def gluon_backward_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
-    """What the Gluon backward needs of q, k and v (mha.kernels.backward_gluon): the forward's
-    conditions (which hold the dQ kernel's grid, the forward's), and the dK/dV kernel's grid within
-    CUDA's limits. dO must be contiguous and TMA-readable too (`backward` sees to it)."""
+    """What the Gluon backward needs of q, k and v (mha.kernels.backward_gluon, backward_gluon_pe):
+    the forward's conditions (which hold the dQ kernel's grid, the forward's), and the dK/dV
+    kernel's grid within CUDA's limits. dO must be contiguous and TMA-readable too (`backward` sees to it)."""
     from .kernels import forward_gluon  # imported by kernel_specs already: a Gluon spec exists
     batch, seqlen_k, heads_k, _ = k.shape
     return (gluon_inputs_ok(q, k, v, causal)
@@ -220,13 +220,29 @@ def _gluon_backward_spec_pair(dtype: str, d: int, causal: bool, bucket: str, blo
                  for name, fn, constexprs, signature in parts)
 
 
+@functools.lru_cache(maxsize=256)
+def _gluon_pe_dkdv_spec(dtype: str, causal: bool, bucket: str, block_m1: int, num_warps: int,
+                        stages: int) -> KernelSpec:
+    """The `pe` bucket's Gluon backward: the dK/dV kernel alone (dQ is the Triton kernel's)."""
+    from .kernels import backward_gluon_pe as kernels  # Triton with Gluon only, as _gluon_forward_spec
+    from .kernels.forward_gluon import MAXNREG
+    constexprs = kernels.dkdv_constexprs(block_m1, stages, causal)
+    signature = kernels.dkdv_signature_types(dtype, block_m1) | {
+        "qk_scale": "fp32", "sm_scale": "fp32", "seqlen_q": "i32", "seqlen_k": "i32", "num_heads_k": "i32",
+        "group": "i32"}
+    fn = kernels.attn_bwd_dkdv_gluon_pe
+    return KernelSpec("bwd_dkdv_gluon", fn, _ordered(fn, signature, constexprs), constexprs, num_warps, stages,
+                      bucket, "backward", {"maxnreg": MAXNREG})
+
+
 def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dict[str, KernelSpec]:
     """Specs of the kernels of `problem` on `arch`: "fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", and
     "bwd_dkdv_dq" where the backward config asks for a single pass (`single_pass`; used only when
     the caller allows nondeterminism, see `backward`); "fwd_gluon" where the forward config
     selects the Gluon forward for this problem and toolchain ("fwd" then runs the inputs it cannot
     take, see `forward`), and "bwd_dkdv_gluon" and "bwd_dq_gluon" where the backward config
-    selects the Gluon backward (likewise, see `backward`)."""
+    selects the Gluon backward (likewise, see `backward`); for the `pe` bucket's Dqk 192 / Dv 128
+    that is "bwd_dkdv_gluon" alone, beside the Triton "bwd_dq"."""
     ptr = "*" + problem.dtype
     drop_p = 0.5 if problem.dropout else 0.0  # only its being > 0 matters to the bucket rule
     common = dict(
@@ -253,17 +269,20 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
         constexprs["WARP_SPECIALIZE"] = True
     specs["fwd"] = KernelSpec("fwd", fwd, _ordered(fwd, _fwd_signature(ptr), constexprs), constexprs,
                               cfg["num_warps"], cfg["num_stages"], bucket, "forward")
-    if gluon_serves(problem, arch):
+    if gluon_serves(problem, arch, "forward"):
         bucket, cfg = config_mod.resolve("forward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config,
                                          banded=problem.bound_left or problem.bound_right, serves_gluon=True)
         if cfg.get(config_mod.GLUON):
             specs["fwd_gluon"] = _gluon_forward_spec(problem.dtype, problem.dqk, problem.bound_right, bucket,
                                                      cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"])
 
-    if gluon_serves(problem, arch):
+    if gluon_serves(problem, arch, "backward"):
         bucket, cfg = config_mod.resolve("backward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config,
                                          serves_gluon=True)
-        if cfg.get(config_mod.GLUON):
+        if cfg.get(config_mod.GLUON) and (problem.dqk, problem.dv) == config_mod.GLUON_PE_DIMS:
+            specs["bwd_dkdv_gluon"] = _gluon_pe_dkdv_spec(problem.dtype, problem.bound_right, bucket,
+                                                          cfg["BLOCK_M1"], cfg["num_warps"], cfg["num_stages"])
+        elif cfg.get(config_mod.GLUON):
             specs.update(_gluon_backward_spec_pair(problem.dtype, problem.dqk, problem.bound_right, bucket,
                                                    cfg["BLOCK_M1"], cfg["BLOCK_N2"], cfg["num_warps"],
                                                    cfg["num_stages"]))
@@ -497,13 +516,13 @@ def unordered_outputs(kernels) -> list[str]:
 def launched_kernels(specs: dict, pass_: str, deterministic: bool = False) -> tuple[str, ...]:
     """The specs a call launches for `pass_` ("forward" or "backward"): the forward runs fwd_gluon
     where kernel_specs made one (fwd for inputs it cannot take, see `forward`); the backward runs
-    bwd_dkdv_gluon and bwd_dq_gluon where kernel_specs made them (likewise, see `backward`), else
-    bwd_dkdv_dq where its config asks for a single pass and the caller allows nondeterminism,
-    else bwd_dkdv and bwd_dq."""
+    bwd_dkdv_gluon where kernel_specs made one (likewise, see `backward`), with bwd_dq_gluon where
+    there is one and bwd_dq otherwise, else bwd_dkdv_dq where its config asks for a single pass
+    and the caller allows nondeterminism, else bwd_dkdv and bwd_dq."""
     if pass_ == "forward":
         return ("fwd_gluon",) if "fwd_gluon" in specs else ("fwd",)
     if "bwd_dkdv_gluon" in specs:
-        return ("bwd_preprocess", "bwd_dkdv_gluon", "bwd_dq_gluon")
+        return ("bwd_preprocess", "bwd_dkdv_gluon", "bwd_dq_gluon" if "bwd_dq_gluon" in specs else "bwd_dq")
     if not deterministic and "bwd_dkdv_dq" in specs:
         return ("bwd_preprocess", "bwd_dkdv_dq")
     return ("bwd_preprocess", "bwd_dkdv", "bwd_dq")
@@ -513,8 +532,8 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
              window: tuple[int, int], dropout_p: float, rng: tuple[int, int], deterministic: bool = True):
     """Returns (dq, dk, dv, delta); delta = rowsum(dO * O) in the lse layout. Two kernels (dK/dV,
     then dQ), bitwise reproducible: the Gluon ones where kernel_specs made them and the inputs
-    allow it (gluon_backward_inputs_ok); or, with deterministic False and a "bwd_dkdv_dq" spec,
-    one that adds dQ in atomics."""
+    allow it (gluon_backward_inputs_ok; the Triton dQ beside a Gluon dK/dV without a Gluon dQ);
+    or, with deterministic False and a "bwd_dkdv_dq" spec, one that adds dQ in atomics."""
     delta = torch.empty_like(lse)
     dummy_i32 = cu_q if cu_q is not None else torch.empty(1, dtype=torch.int32, device=q.device)
     cu_k = cu_k if cu_k is not None else dummy_i32
@@ -523,14 +542,28 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
     _launch(pre, (geo.batch * geo.heads_q, triton.cdiv(geo.seqlen_q, pre.constexprs["BLOCK_M"])),
             [out, dout, delta, dummy_i32, *geo.bsh(out), *geo.bsh(dout), *lse_strides,
              geo.kernel_seqlens()[0], geo.heads_q])
+    group = geo.heads_q // geo.heads_k
+    tail = [window[0], window[1], softmax_scale * LOG2E, softmax_scale, dropout_p, rng[0], rng[1], geo.seqlen_k]
+
+    def triton_dq(dout):
+        dq = torch.empty_like(q)
+        spec = specs["bwd_dq"]
+        _launch_tiles(spec, geo.batch * geo.heads_k, group, geo.seqlen_q, spec.constexprs["BLOCK_M"],
+                      [q, k, v, dout, lse, delta, dq, dummy_i32, cu_k,
+                       *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dq),
+                       *lse_strides, *geo.kernel_seqlens(), geo.heads_q, group, *tail])
+        return dq
+
     gluon = specs.get("bwd_dkdv_gluon")
     if gluon is not None and gluon_backward_inputs_ok(q, k, v, gluon.constexprs["CAUSAL"]):
         dout = dout.contiguous()   # the Gluon kernels read dO by TMA, as a (B*S, H*D) matrix
         if tma_ready(dout):
-            return (*backward_gluon(specs, geo, q, k, v, dout, lse, delta, softmax_scale), delta)
+            dk, dv = backward_gluon_dkdv(gluon, geo, q, k, v, dout, lse, delta, softmax_scale)
+            dq_spec = specs.get("bwd_dq_gluon")
+            dq = (backward_gluon_dq(dq_spec, geo, q, k, v, dout, lse, delta, softmax_scale) if dq_spec is not None
+                  else triton_dq(dout))
+            return dq, dk, dv, delta
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    group = geo.heads_q // geo.heads_k
-    tail = [window[0], window[1], softmax_scale * LOG2E, softmax_scale, dropout_p, rng[0], rng[1], geo.seqlen_k]
     single_pass = "bwd_dkdv_dq" in launched_kernels(specs, "backward", deterministic)
     # The single pass adds dQ into a zeroed float32 buffer (the layout of a contiguous q) as it goes.
     dq_acc = [torch.zeros(q.shape, dtype=torch.float32, device=q.device)] if single_pass else []
@@ -542,33 +575,34 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
                    *lse_strides, *geo.kernel_seqlens(), geo.heads_k, group, *tail])
     if single_pass:
         return dq_acc[0].to(q.dtype), dk, dv, delta
-    dq = torch.empty_like(q)
-    spec = specs["bwd_dq"]
-    _launch_tiles(spec, geo.batch * geo.heads_k, group, geo.seqlen_q, spec.constexprs["BLOCK_M"],
-                  [q, k, v, dout, lse, delta, dq, dummy_i32, cu_k,
-                   *geo.bsh(q), *geo.bsh(k), *geo.bsh(v), *geo.bsh(dout), *geo.bsh(dq),
-                   *lse_strides, *geo.kernel_seqlens(), geo.heads_q, group, *tail])
-    return dq, dk, dv, delta
+    return triton_dq(dout), dk, dv, delta
 
 
-def backward_gluon(specs: dict, geo: Geometry, q, k, v, dout, lse, delta, softmax_scale: float):
-    """(dq, dk, dv) by the Gluon dK/dV and dQ kernels (dense, lse and delta contiguous)."""
+def backward_gluon_dkdv(spec: KernelSpec, geo: Geometry, q, k, v, dout, lse, delta, softmax_scale: float):
+    """(dk, dv) by a Gluon dK/dV kernel, attn_bwd_dkdv_gluon or the `pe` bucket's
+    attn_bwd_dkdv_gluon_pe (dense; lse and delta contiguous)."""
+    from .kernels import backward_gluon, backward_gluon_pe  # Triton with Gluon only (see _gluon_backward_spec_pair)
+    from .kernels.forward_gluon import launch_grid
+    kernels = backward_gluon_pe if spec.fn is backward_gluon_pe.attn_bwd_dkdv_gluon_pe else backward_gluon
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    causal = spec.constexprs["CAUSAL"]
+    descs = kernels.dkdv_descriptors(q, k, v, dout, dk, dv, lse, delta, DTYPE_NAMES[q.dtype], spec.constexprs["BLOCK_M"])
+    _launch(spec, launch_grid(geo.batch, geo.heads_k, geo.seqlen_k, causal),
+            [*descs, softmax_scale * LOG2E, softmax_scale, geo.seqlen_q, geo.seqlen_k, geo.heads_k,
+             geo.heads_q // geo.heads_k])
+    return dk, dv
+
+
+def backward_gluon_dq(spec: KernelSpec, geo: Geometry, q, k, v, dout, lse, delta, softmax_scale: float):
+    """dq by the Gluon dQ kernel (dense; lse and delta contiguous)."""
     from .kernels import backward_gluon as kernels  # Triton with Gluon only (see _gluon_backward_spec_pair)
     from .kernels.forward_gluon import launch_grid
-    dtype = DTYPE_NAMES[q.dtype]
-    scales = [softmax_scale * LOG2E, softmax_scale]
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    spec = specs["bwd_dkdv_gluon"]
-    causal = spec.constexprs["CAUSAL"]
-    descs = kernels.dkdv_descriptors(q, k, v, dout, dk, dv, lse, delta, dtype, spec.constexprs["BLOCK_M"])
-    _launch(spec, launch_grid(geo.batch, geo.heads_k, geo.seqlen_k, causal),
-            [*descs, *scales, geo.seqlen_q, geo.seqlen_k, geo.heads_k, geo.heads_q // geo.heads_k])
     dq = torch.empty_like(q)
-    spec = specs["bwd_dq_gluon"]
-    descs = kernels.dq_descriptors(q, k, v, dout, dq, dtype, spec.constexprs["BLOCK_N"])
-    _launch(spec, launch_grid(geo.batch, geo.heads_q, geo.seqlen_q, causal),
-            [*descs, lse, delta, *scales, geo.seqlen_q, geo.seqlen_k, geo.heads_q, geo.heads_q // geo.heads_k])
-    return dq, dk, dv
+    descs = kernels.dq_descriptors(q, k, v, dout, dq, DTYPE_NAMES[q.dtype], spec.constexprs["BLOCK_N"])
+    _launch(spec, launch_grid(geo.batch, geo.heads_q, geo.seqlen_q, spec.constexprs["CAUSAL"]),
+            [*descs, lse, delta, softmax_scale * LOG2E, softmax_scale, geo.seqlen_q, geo.seqlen_k, geo.heads_q,
+             geo.heads_q // geo.heads_k])
+    return dq
 
 
 def default_scale(dqk: int) -> float:

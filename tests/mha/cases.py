@@ -1,4 +1,5 @@
 """One attention case run end to end: kernel vs float64 reference (and low-precision reference)."""
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +33,10 @@ GLUON_CASES = {
     "plain_sq_longer": Case(1, 512, 256, 3, 1, 128, 128),                # Sq > Sk, no band
     "one_tile": Case(1, 128, 128, 1, 1, 128, 128, causal=True),          # one tile, on the diagonal
 }
+# The `pe` bucket's Gluon dK/dV (Dqk 192 / Dv 128) beside the Triton dQ: the same geometries, and
+# GQA 8 (eight query heads through each key tile's ring).
+GLUON_PE_CASES = {name: dataclasses.replace(case, dqk=192) for name, case in GLUON_CASES.items()} | {
+    "causal_gqa8": Case(1, 1024, 1024, 8, 1, 192, 128, causal=True)}
 GLUON_FALLBACK_CASES = {
     "sq200": Case(1, 200, 256, 2, 1, 128, 128, causal=True),             # Sq not a multiple of 128
     "sk300": Case(1, 256, 300, 2, 1, 128, 128),                          # Sk not a multiple of 128

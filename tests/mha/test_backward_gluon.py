@@ -1,4 +1,5 @@
-"""The Gluon backward (mha.kernels.backward_gluon): which toolchains and configs select it, which
+"""The Gluon backward (mha.kernels.backward_gluon, and the `pe` bucket's dK/dV kernel
+mha.kernels.backward_gluon_pe beside the Triton dQ): which toolchains and configs select it, which
 inputs fall back to the Triton backward, and, on the GPU, its gradients against the float64
 reference, bitwise reproducible for both values of `deterministic`.
 
@@ -11,13 +12,15 @@ import torch
 import mha
 from mha import config as config_mod
 from mha import launch
-from cases import GLUON_CASES, GLUON_FALLBACK_CASES, Case, run_dense
+from cases import GLUON_CASES, GLUON_FALLBACK_CASES, GLUON_PE_CASES, Case, run_dense
 from checks import dtype_param
 from conftest import HAS_CUDA
 
 GLUON_CONFIG = config_mod.load_arch_configs("sm90")["backward"]["default"]["gluon"]
 SELECTED_HERE = config_mod.gluon_selected(GLUON_CONFIG)
 GLUON_BACKWARD = ("bwd_preprocess", "bwd_dkdv_gluon", "bwd_dq_gluon")
+PE_CONFIG = config_mod.load_arch_configs("sm90")["backward"]["pe"]["gluon"]
+PE_BACKWARD = ("bwd_preprocess", "bwd_dkdv_gluon", "bwd_dq")     # the Gluon dK/dV, the Triton dQ
 
 
 @pytest.mark.parametrize("version, selected", [("3.4.0", False), ("3.6.0", False), ("3.8.0", True), ("3.9.1", True)])
@@ -88,7 +91,62 @@ def test_an_override_of_the_backward_configures_the_triton_kernels(monkeypatch):
 def test_a_bad_gluon_backward_config_is_refused(change, message):
     bad = {k: v for k, v in {**GLUON_CONFIG, **change}.items() if v is not None}
     with pytest.raises(config_mod.ConfigFileError, match=message):
-        config_mod._check_gluon(bad, "backward", "f.json: backward.default.gluon")
+        config_mod._check_gluon(bad, "backward", "default", "f.json: backward.default.gluon")
+
+
+# ------------------------------------------------------------------ the `pe` bucket (Dqk 192 / Dv 128)
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_the_pe_bucket_runs_the_gluon_dkdv_beside_the_triton_dq(deterministic):
+    specs = launch.kernel_specs(launch.Problem("bf16", 192, 128, causal=True), "sm90")
+    assert "bwd_dq_gluon" not in specs and "fwd_gluon" not in specs      # no Gluon dQ or forward for it
+    assert ("bwd_dkdv_gluon" in specs) is SELECTED_HERE
+    expected = PE_BACKWARD if SELECTED_HERE else ("bwd_preprocess", "bwd_dkdv", "bwd_dq")
+    assert launch.launched_kernels(specs, "backward", deterministic) == expected
+    pe = config_mod.load_arch_configs("sm90")["backward"]["pe"]
+    assert specs["bwd_dq"].constexprs["BLOCK_M"] == pe["BLOCK_M2"] and specs["bwd_dq"].num_warps == pe["num_warps"]
+
+
+def test_other_pe_head_dims_run_the_triton_backward(monkeypatch):
+    monkeypatch.setattr(config_mod, "triton_version", lambda: "3.8.0")
+    for dqk, dv in ((96, 64), (192, 64), (256, 128)):
+        assert not config_mod.gluon_serves("backward", "sm90", "bf16", dqk, dv, (-1, 0), False, False, False)
+    assert config_mod.gluon_serves("backward", "sm90", "bf16", 192, 128, (-1, 0), False, False, False)
+    assert not config_mod.gluon_serves("forward", "sm90", "bf16", 192, 128, (-1, 0), False, False, False)
+    _, cfg = config_mod.resolve("backward", "sm90", 192, 128, "bf16", 0.0, serves_gluon=True)
+    assert cfg == {k: v for k, v in PE_CONFIG.items() if k != "triton"} | {"gluon": True}
+
+
+def test_the_pe_gluon_spec():
+    if not SELECTED_HERE:
+        pytest.skip("this toolchain's config does not select the Gluon backward (no Gluon to build its specs)")
+    spec = launch.kernel_specs(launch.Problem("fp16", 192, 128), "sm90")["bwd_dkdv_gluon"]
+    assert spec.fn.__name__ == "attn_bwd_dkdv_gluon_pe" and spec.bucket == "pe"
+    block_m = PE_CONFIG["BLOCK_M1"]
+    assert spec.signature["q_desc"].startswith(f"tensordesc<fp16[{block_m},128]")
+    assert spec.signature["q2_desc"].startswith(f"tensordesc<fp16[{block_m},64]")
+    assert spec.signature["k2_desc"].startswith("tensordesc<fp16[64,64]")       # one consumer's keys
+    assert spec.signature["dv_desc"].startswith("tensordesc<fp16[64,128]")
+    assert spec.constexprs["CAUSAL"] is False and spec.constexprs["HEAD_DQK"] == 192
+    assert spec.options == {"maxnreg": 168} and spec.num_warps == 4
+    assert launch.aligned_specialization(spec)["num_heads_k"] == "none"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"BLOCK_M1": 64}, "takes BLOCK_M1 in \\[32\\]"),
+    ({"num_stages": 4}, "takes num_stages in \\[2, 3\\]"),
+    ({"BLOCK_M2": 128}, "unknown keys \\['BLOCK_M2'\\]"),    # dQ is the Triton kernel's: no dQ keys
+    ({"num_warps": None}, "lacks keys \\['num_warps'\\]"),
+])
+def test_a_bad_pe_gluon_config_is_refused(change, message):
+    bad = {k: v for k, v in {**PE_CONFIG, **change}.items() if v is not None}
+    with pytest.raises(config_mod.ConfigFileError, match=message):
+        config_mod._check_gluon(bad, "backward", "pe", "f.json: backward.pe.gluon")
+
+
+def test_no_gluon_forward_serves_the_pe_bucket():
+    forward = config_mod.load_arch_configs("sm90")["forward"]["default"]["gluon"]
+    with pytest.raises(config_mod.ConfigFileError, match="no Gluon forward serves the 'pe' bucket"):
+        config_mod._check_gluon(forward, "forward", "pe", "f.json: forward.pe.gluon")
 
 
 # ------------------------------------------------------------------ on the GPU (H200, sm90)
@@ -122,6 +180,37 @@ def test_two_backwards_are_bitwise_identical(deterministic, device, launched):
         grads.append(torch.autograd.grad(out, leaves, do))
     assert all(torch.equal(a, b) for a, b in zip(*grads))
     assert set(GLUON_BACKWARD) <= set(launched)
+
+
+@pytest.mark.gpu
+@needs_gluon
+@pytest.mark.parametrize("dtype", [dtype_param(torch.bfloat16), dtype_param(torch.float16)])
+@pytest.mark.parametrize("case", GLUON_PE_CASES.values(), ids=GLUON_PE_CASES.keys())
+def test_pe_gradients(case, dtype, device, launched):
+    kernels = []
+    observe = lambda spec, _kernel: kernels.append(spec.fn.__name__)  # noqa: E731
+    launch.LAUNCH_OBSERVERS.append(observe)
+    try:
+        run_dense(case, dtype, device)
+    finally:
+        launch.LAUNCH_OBSERVERS.remove(observe)
+    assert tuple(launched[1:]) == PE_BACKWARD and "attn_bwd_dkdv_gluon_pe" in kernels
+
+
+@pytest.mark.gpu
+@needs_gluon
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_two_pe_backwards_are_bitwise_identical(deterministic, device, launched):
+    gen = torch.Generator().manual_seed(4)
+    q, k, v, do = (torch.randn(2, 512, h, d, generator=gen).to(device, torch.bfloat16)
+                   for h, d in ((8, 192), (2, 192), (2, 128), (8, 128)))
+    grads = []
+    for _ in range(2):
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        out = mha.flash_attn_func(*leaves, causal=True, deterministic=deterministic)
+        grads.append(torch.autograd.grad(out, leaves, do))
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+    assert set(PE_BACKWARD) <= set(launched)
 
 
 @pytest.mark.gpu

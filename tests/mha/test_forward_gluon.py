@@ -33,8 +33,11 @@ SELECTED_HERE = config_mod.gluon_selected(GLUON_CONFIG)
     (launch.Problem("bf16", 128, 128, dropout=True), False),
 ])
 def test_which_problems_it_serves(problem, served):
-    assert launch.gluon_serves(problem, "sm90") is served
-    assert not launch.gluon_serves(problem, "gfx942")
+    """The Gluon backward serves these too, and also Dqk 192 / Dv 128 (test_backward_gluon)."""
+    assert launch.gluon_serves(problem, "sm90", "forward") is served
+    assert launch.gluon_serves(problem, "sm90", "backward") is (served or (problem.dqk, problem.dv) == (192, 128))
+    assert not launch.gluon_serves(problem, "gfx942", "forward")
+    assert not launch.gluon_serves(problem, "gfx942", "backward")
 
 
 @pytest.mark.parametrize("version, selected", [("3.4.0", False), ("3.6.0", False), ("3.8.0", True), ("3.9.1", True)])
@@ -89,9 +92,9 @@ def test_an_override_of_the_forward_configures_the_triton_kernel(monkeypatch):
 ])
 def test_a_bad_gluon_config_is_refused(bad, message):
     with pytest.raises(config_mod.ConfigFileError, match=message):
-        config_mod._check_gluon(bad, "forward", "f.json: forward.default.gluon")
+        config_mod._check_gluon(bad, "forward", "default", "f.json: forward.default.gluon")
     with pytest.raises(config_mod.ConfigFileError, match="lacks keys"):      # the backward's keys differ
-        config_mod._check_gluon(dict(GLUON_CONFIG), "backward", "f.json: backward.default.gluon")
+        config_mod._check_gluon(dict(GLUON_CONFIG), "backward", "default", "f.json: backward.default.gluon")
 
 
 # ------------------------------------------------------------------ on the GPU (H200, sm90)

@@ -413,7 +413,7 @@ def dq_constexprs(head_dim: int, block_n: int, stages: int, causal: bool) -> dic
     return _common_constexprs(head_dim, stages, causal) | {"BLOCK_M": DQ_ROWS, "BLOCK_N": block_n}
 
 
-def _row_desc(t: torch.Tensor, block_m: int) -> TensorDescriptor:
+def row_desc(t: torch.Tensor, block_m: int) -> TensorDescriptor:
     """A descriptor over contiguous float32 (B, H, S) `t` as one row of B*H*S, boxes of block_m."""
     flat = t.view(-1)
     return TensorDescriptor(flat, [flat.numel()], [1], [block_m], shared_layout("fp32", (block_m,)))
@@ -423,7 +423,7 @@ def dkdv_descriptors(q, k, v, do, dk, dv, lse, delta, dtype: str, block_m: int):
     keys = DKDV_KEYS // NUM_CONSUMERS
     return (matrix_desc(q, dtype, block_m), matrix_desc(do, dtype, block_m), matrix_desc(k, dtype, keys),
             matrix_desc(v, dtype, keys), matrix_desc(dk, dtype, keys), matrix_desc(dv, dtype, keys),
-            _row_desc(lse, block_m), _row_desc(delta, block_m))
+            row_desc(lse, block_m), row_desc(delta, block_m))
 
 
 def dq_descriptors(q, k, v, do, dq, dtype: str, block_n: int):

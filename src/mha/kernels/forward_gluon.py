@@ -273,12 +273,13 @@ def desc_type(dtype: str, box: tuple[int, ...]) -> str:
     return f"tensordesc<{dtype}[{','.join(map(str, box))}],{shared_layout(dtype, box)!r}>"
 
 
-def matrix_desc(t: torch.Tensor, dtype: str, rows: int) -> TensorDescriptor:
+def matrix_desc(t: torch.Tensor, dtype: str, rows: int, cols: int | None = None) -> TensorDescriptor:
     """A descriptor over contiguous (B, S, H, D) `t` seen as the (B*S, H*D) matrix, boxes of
-    `rows` x D: one head's rows of one batch."""
+    `rows` x `cols` (default D: one head's rows of one batch; fewer for a part of the head dim)."""
     batch, length, heads, dim = t.shape
+    cols = cols or dim
     flat = t.view(batch * length, heads * dim)
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, dim], shared_layout(dtype, (rows, dim)))
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, cols], shared_layout(dtype, (rows, cols)))
 
 
 def signature_types(dtype: str, head_dim: int, block_n: int) -> dict:

@@ -95,8 +95,8 @@ def _has_band(shape: Shape) -> bool:
 
 def _runs_gluon(shape: Shape, arch: str) -> bool:
     window = (shape.window[0], shape.window[1])
-    return (gluon_serves(arch, shape.dtype, shape.dqk, shape.dv, window, shape.sink, shape.dropout_p > 0,
-                         shape.layout == "varlen")
+    return (gluon_serves(shape.config_pass, arch, shape.dtype, shape.dqk, shape.dv, window, shape.sink,
+                         shape.dropout_p > 0, shape.layout == "varlen")
             and gluon_lengths_ok(shape.sq, shape.sk, shape.causal or shape.window[1] == 0))
 
 

@@ -292,6 +292,25 @@ def test_a_backward_gluon_config_leaves_its_backward_shapes_out_where_the_toolch
     assert "gluon" not in plan.own_config(sm90) and plan.own_config(sm90)["num_warps"] == 8
 
 
+def test_the_pe_buckets_gluon_dkdv_leaves_its_dense_backward_shapes_out_under_triton_3_8():
+    """The `pe` bucket's `gluon` config (the Gluon dK/dV beside the Triton dQ) takes the dense
+    Dqk 192 / Dv 128 backward shapes of whole tiles: tune's overrides run the Triton kernels on
+    them, which the toolchain then does not launch."""
+    from mha_ci.perf.request import selected_workloads
+    entries = [w.to_dict() for w in selected_workloads(load_pipeline(ROOT), "full")]
+    target = targets.choose(entries, ["pe"], None, "backward")[0]
+    pe = rules.load_config(ROOT, "sm90")["backward"]["pe"]
+    golden = targets.own_config_shapes(target, pe, "sm90", "3.4.0")
+    top = targets.own_config_shapes(target, pe, "sm90", "3.8.0")
+    gone = {e["key"] for e in golden.shapes} - {e["key"] for e in top.shapes}
+    assert "dense_b1_hq128_hk128_sq8192_sk8192_dqk192_dv128_c1_bwd" in gone
+    assert all(k.startswith("dense_") and "_dqk192_dv128_" in k and "_wl" not in k for k in gone)
+    assert any(k.startswith("varlen_") for k in {e["key"] for e in top.shapes})
+    assert "gluon" not in plan.own_config(pe)
+    forward = targets.choose(entries, ["pe"], None, "forward")[0]       # no Gluon forward for it
+    assert targets.own_config_shapes(forward, rules.load_config(ROOT, "sm90")["forward"]["pe"], "sm90",
+                                     "3.8.0") is forward
+
 def test_unknown_bucket_is_a_usage_error():
     from mha_ci.errors import ConfigError
     with pytest.raises(ConfigError, match="unknown bucket"):
