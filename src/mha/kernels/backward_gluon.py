@@ -173,14 +173,11 @@ def _dkdv_consumer(CID: gl.constexpr, dk_desc, dv_desc, q_smem, do_smem, k_smem,
     tma.store_wait(pendings=0)
 
 
-@gluon.jit(do_not_specialize=DKDV_DO_NOT_SPECIALIZE)
-def attn_bwd_dkdv_gluon(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, lse_desc, delta_desc, qk_scale, sm_scale,
-                        seqlen_q, seqlen_k, num_heads_k, group,
-                        HEAD_DIM: gl.constexpr, HEAD_DV: gl.constexpr, BLOCK_M: gl.constexpr,
-                        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                        NUM_CONSUMERS: gl.constexpr, LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
-    ROWS: gl.constexpr = BLOCK_N // NUM_CONSUMERS
-    dtype: gl.constexpr = k_desc.dtype
+@gluon.jit
+def dkdv_key_tile(num_heads_k, seqlen_q, seqlen_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """This program's batch b, KV head hk and first key n0, and the query blocks that see its keys:
+    n_blocks blocks of BLOCK_M rows from row m_lo, the first n_diag of them on the causal diagonal
+    (masked). diff = seqlen_k - seqlen_q puts the diagonal at the bottom right."""
     if CAUSAL:
         # Grid (slices, key tiles): every slice's first key tiles (those that see the most
         # queries) start in the first waves.
@@ -192,12 +189,6 @@ def attn_bwd_dkdv_gluon(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, lse_d
     b = pid_bh // num_heads_k
     hk = pid_bh % num_heads_k
     n0 = pid_n * BLOCK_N
-    kv_row = b * seqlen_k + n0
-    k_col = hk * HEAD_DIM
-    v_col = hk * HEAD_DV
-    q_row0 = b * seqlen_q
-    hq0 = hk * group
-    lse_b = b * num_heads_k * group
     diff = seqlen_k - seqlen_q
     if CAUSAL:
         # Queries that see key n0 start at n0 - diff (a multiple of 128 here); those before
@@ -209,13 +200,13 @@ def attn_bwd_dkdv_gluon(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, lse_d
         m_lo = 0
         n_diag = 0
     n_blocks = (seqlen_q - m_lo) // BLOCK_M
+    return b, hk, n0, diff, m_lo, n_diag, n_blocks
 
-    q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
-    do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DV], do_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, ROWS, HEAD_DIM], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, ROWS, HEAD_DV], v_desc.layout)
-    lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], lse_desc.layout)
-    delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], delta_desc.layout)
+
+@gluon.jit
+def dkdv_barriers(STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr):
+    """kv_bar: the K/V tile has landed; ready[i] / empty[i]: ring slot i filled by the loader /
+    released by every consumer."""
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -223,6 +214,32 @@ def attn_bwd_dkdv_gluon(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, lse_d
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=NUM_CONSUMERS)
+    return kv_bar, ready, empty
+
+
+@gluon.jit(do_not_specialize=DKDV_DO_NOT_SPECIALIZE)
+def attn_bwd_dkdv_gluon(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, lse_desc, delta_desc, qk_scale, sm_scale,
+                        seqlen_q, seqlen_k, num_heads_k, group,
+                        HEAD_DIM: gl.constexpr, HEAD_DV: gl.constexpr, BLOCK_M: gl.constexpr,
+                        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                        NUM_CONSUMERS: gl.constexpr, LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    ROWS: gl.constexpr = BLOCK_N // NUM_CONSUMERS
+    dtype: gl.constexpr = k_desc.dtype
+    b, hk, n0, diff, m_lo, n_diag, n_blocks = dkdv_key_tile(num_heads_k, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, CAUSAL)
+    kv_row = b * seqlen_k + n0
+    k_col = hk * HEAD_DIM
+    v_col = hk * HEAD_DV
+    q_row0 = b * seqlen_q
+    hq0 = hk * group
+    lse_b = b * num_heads_k * group
+
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DV], do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, ROWS, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, ROWS, HEAD_DV], v_desc.layout)
+    lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], lse_desc.layout)
+    delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], delta_desc.layout)
+    kv_bar, ready, empty = dkdv_barriers(STAGES, NUM_CONSUMERS)
 
     gl.warp_specialize([
         (_dkdv_consumer, (0, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem, delta_smem, kv_bar,

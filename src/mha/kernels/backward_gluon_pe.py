@@ -26,7 +26,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .backward_gluon import DKDV_DO_NOT_SPECIALIZE, DKDV_KEYS, LOG2E, row_desc
+from .backward_gluon import DKDV_DO_NOT_SPECIALIZE, DKDV_KEYS, LOG2E, dkdv_barriers, dkdv_key_tile, row_desc
 from .forward_gluon import CONSUMER_REGS, LOADER_REGS, NUM_CONSUMERS, desc_type, matrix_desc
 
 # The head-dim parts: what the kernel's buffers take (powers of two), and what it serves.
@@ -160,30 +160,13 @@ def attn_bwd_dkdv_gluon_pe(q_desc, q2_desc, do_desc, k_desc, k2_desc, v_desc, dk
     ROWS: gl.constexpr = BLOCK_N // NUM_CONSUMERS
     DQK1: gl.constexpr = HEAD_DQK - DQK0
     dtype: gl.constexpr = k_desc.dtype
-    if CAUSAL:
-        pid_bh = gl.program_id(0)
-        pid_n = gl.program_id(1)
-    else:
-        pid_n = gl.program_id(0)
-        pid_bh = gl.program_id(1)
-    b = pid_bh // num_heads_k
-    hk = pid_bh % num_heads_k
-    n0 = pid_n * BLOCK_N
+    b, hk, n0, diff, m_lo, n_diag, n_blocks = dkdv_key_tile(num_heads_k, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, CAUSAL)
     kv_row = b * seqlen_k + n0
     k_col = hk * HEAD_DQK
     v_col = hk * HEAD_DV
     q_row0 = b * seqlen_q
     hq0 = hk * group
     lse_b = b * num_heads_k * group
-    diff = seqlen_k - seqlen_q
-    if CAUSAL:
-        m_lo = gl.maximum(n0 - diff, 0)
-        m_full = gl.minimum(gl.maximum(n0 + BLOCK_N - diff, 0), seqlen_q)
-        n_diag = (m_full - m_lo) // BLOCK_M
-    else:
-        m_lo = 0
-        n_diag = 0
-    n_blocks = (seqlen_q - m_lo) // BLOCK_M
 
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, DQK0], q_desc.layout)
     q2_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, DQK1], q2_desc.layout)
@@ -193,13 +176,7 @@ def attn_bwd_dkdv_gluon_pe(q_desc, q2_desc, do_desc, k_desc, k2_desc, v_desc, dk
     v_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, ROWS, HEAD_DV], v_desc.layout)
     lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], lse_desc.layout)
     delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], delta_desc.layout)
-    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(kv_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=NUM_CONSUMERS)
+    kv_bar, ready, empty = dkdv_barriers(STAGES, NUM_CONSUMERS)
 
     gl.warp_specialize([
         (_dkdv_consumer, (0, dk_desc, dk2_desc, dv_desc, q_smem, q2_smem, do_smem, k_smem, k2_smem, v_smem, lse_smem,
