@@ -8,8 +8,9 @@ Per variant (bf16, 4 warps; the kernel; head dim 64 or 128; causal or not; the b
 query rows for dK/dV, whose key tile is 128, keys for dQ, whose query tile is 128; the loop
 warp-specialized or not; stages): compiled or the error; shared memory; registers and spills
 (mha_ci's reader of the cubin: the launch value and the local frame); the highest register and
-the LDL/STL count in the SASS; setmaxnreg values, wgmma and TMA loads in the PTX; the dots of each
-partition in the TTGIR.
+the LDL/STL count in the SASS; the wgmma.wait_group counts by pending groups allowed (0: each MMA
+waited on at once), setmaxnreg values, wgmma and TMA loads in the PTX; the dots of each partition
+in the TTGIR.
 """
 import os
 import re
@@ -88,8 +89,10 @@ def describe(kernel) -> str:
     regs = sorted({f"{d} {n}" for d, n in re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)})
     main_dots = sorted(set(f"{m}x{n}" for m, n in re.findall(r"ttng.warp_group_dot .*-> tensor<(\d+)x(\d+)xf32",
                                                            ttgir)))
+    waits = re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)
     lines = [f"shared {kernel.metadata.shared} B, registers {res.registers}, spills {res.spills}, "
              f"{sass_local(kernel.asm['cubin'])}, "
+             f"wgmma.wait_group {dict(sorted((w, waits.count(w)) for w in set(waits)))}, "
              f"setmaxnreg {regs or '-'}, wgmma {ptx.count('wgmma.mma_async')}, "
              f"TMA loads {ptx.count('cp.async.bulk.tensor')}, dots {main_dots}"]
     lines += [f"      {g}" for g in groups] or ["      no partitions"]
