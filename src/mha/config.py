@@ -65,6 +65,22 @@ GLUON_SHAPE = {
 GLUON_PE = "pe"
 GLUON_PE_DIMS = (192, 128)
 GLUON_PE_SHAPE = {"BLOCK_M1": (32,), "BLOCK_N1": (GLUON_TILE_ROWS,), "num_warps": (4,), "num_stages": (2, 3)}
+# The `default` backward bucket (Dqk == Dv == 128) may also hold `ws`: a config of the
+# warp-specialized backward (mha.kernels.backward_ws), FA3's split of the backward built by
+# Triton's own Hopper pass, for toolchains without Gluon, plus `"triton": "<version spec>"`. It
+# serves the problems and inputs the Gluon backward does, and is selected the same way (`"ws":
+# true` in the resolved config); where the bucket's `gluon` config also names the running Triton,
+# that one is used. Its shape is fixed as the Gluon one's: 4 warps (the only count the pass acts
+# on), tiles of 128 keys (dK/dV) and 128 queries (dQ), each split into two consumer groups of 64;
+# query blocks of 32 or 64 in the dK/dV kernel, key blocks of 64 or 128 in the dQ kernel. Other
+# buckets may not hold it: at d64 it is slower than the Triton kernels, and its Dqk 192 form gave
+# wrong dK on the GPU (docs/configs.md, "Warp-specialized backward").
+WS = "ws"
+WS_BUCKET = "default"
+WS_SHAPE = {"BLOCK_M1": (32, 64), "BLOCK_N1": (GLUON_TILE_ROWS,), "BLOCK_M2": (GLUON_TILE_ROWS,),
+            "BLOCK_N2": (64, 128), "num_warps": (4,), "num_stages": (2, 3)}
+# The nested configs a bucket may hold, each for some of its problems.
+NESTED_KEYS = (UNMASKED, GLUON, WS)
 
 # What a value may be, for `config=` overrides (check_override). Tiles are powers of two
 # (tl.arange) of at least 16 (tl.dot needs 16 along each dimension) and at most 256: guards fence
@@ -125,6 +141,8 @@ def load_arch_configs(arch: str) -> dict:
                 _check_unmasked(section[bucket][UNMASKED], pass_, f"{path}: {pass_}.{bucket}.{UNMASKED}")
             if GLUON in section[bucket]:
                 _check_gluon(section[bucket][GLUON], pass_, bucket, f"{path}: {pass_}.{bucket}.{GLUON}")
+            if WS in section[bucket]:
+                _check_ws(section[bucket][WS], pass_, bucket, f"{path}: {pass_}.{bucket}.{WS}")
     try:
         guards_mod.check_config(data, str(path), {p: keys_of(p) for p in PASSES}, select_bucket)
     except guards_mod.GuardError as exc:
@@ -155,6 +173,18 @@ def _check_gluon(cfg, pass_: str, bucket: str, where: str) -> None:
         raise ConfigFileError(f"{where}: no Gluon forward serves the {GLUON_PE!r} bucket")
     shape = GLUON_PE_SHAPE if bucket == GLUON_PE else GLUON_SHAPE[pass_]
     keys = (*(shape if bucket == GLUON_PE else REQUIRED_KEYS[pass_]), "triton")
+    _check_shaped(cfg, where, keys, shape, f"the Gluon {pass_}")
+
+
+def _check_ws(cfg, pass_: str, bucket: str, where: str) -> None:
+    if pass_ != "backward" or bucket != WS_BUCKET:
+        raise ConfigFileError(f"{where}: only the backward's {WS_BUCKET!r} bucket may hold {WS!r}")
+    _check_shaped(cfg, where, (*WS_SHAPE, "triton"), WS_SHAPE, "the warp-specialized backward")
+
+
+def _check_shaped(cfg, where: str, keys: tuple[str, ...], shape: dict, what: str) -> None:
+    """A `gluon` or `ws` config: exactly `keys`, a valid `triton` version spec, and each value of
+    `shape` one its kernels' structure allows."""
     _check_sub_config(cfg, where, keys, set(keys))
     try:
         guards_mod.version_matches(cfg["triton"], "0")
@@ -162,11 +192,12 @@ def _check_gluon(cfg, pass_: str, bucket: str, where: str) -> None:
         raise ConfigFileError(f"{where}: {exc}") from None
     for key, allowed in shape.items():
         if cfg[key] not in allowed:
-            raise ConfigFileError(f"{where}: the Gluon {pass_} takes {key} in {list(allowed)}, got {cfg[key]!r}")
+            raise ConfigFileError(f"{where}: {what} takes {key} in {list(allowed)}, got {cfg[key]!r}")
 
 
 def gluon_selected(cfg: dict | None, version: str | None = None) -> bool:
-    """Whether a bucket's `gluon` config applies under Triton `version` (default: the running one)."""
+    """Whether a bucket's `gluon` (or `ws`) config applies under Triton `version` (default: the
+    running one)."""
     version = version or triton_version()
     return cfg is not None and version is not None and guards_mod.version_matches(cfg["triton"], version)
 
@@ -302,7 +333,7 @@ def _check_keys(part: Mapping, known: set[str], where: str, section: str | None)
     for key in part:
         if key in known:
             continue
-        if key in (UNMASKED, GLUON):
+        if key in NESTED_KEYS:
             raise ConfigOverrideError(
                 f"{where}: {key!r} is a config-file key (a bucket's config for some of its problems); an "
                 "override serves the call it comes with: give the config keys themselves")
@@ -368,19 +399,24 @@ def resolve(pass_: str, arch: str, dqk: int, dv: int, dtype: str, dropout_p: flo
     `banded`: the problem has a causal or sliding-window band; a problem without one takes the
     bucket's `unmasked` config where it has one (before the override, which still wins).
     `serves_gluon`: the problem is one the Gluon kernels serve (gluon_serves); it then takes the bucket's
-    `gluon` config where that names the running toolchain (the result holds `"gluon": True`),
-    unless an override sets keys of this pass: overrides configure the Triton kernels (the
-    tuner's candidates time the bucket's own config, which the Gluon one is not).
+    `gluon` config where that names the running toolchain (the result holds `"gluon": True`), else
+    its `ws` config where that does (`"ws": True`), unless an override sets keys of this pass:
+    overrides configure the Triton kernels (the tuner's candidates time the bucket's own config,
+    which neither of those is).
     """
     bucket = select_bucket(pass_, dqk, dv, dtype, dropout_p)
     cfg = dict(load_arch_configs(arch)[pass_][bucket])
     unmasked = cfg.pop(UNMASKED, None)
     gluon = cfg.pop(GLUON, None)
+    ws = cfg.pop(WS, None)
     mine = check_override(override, arch)[pass_] if override is not None else {}
     if unmasked is not None and not banded:
         cfg = dict(unmasked)
-    if serves_gluon and not mine and gluon_selected(gluon):
-        cfg = {k: v for k, v in gluon.items() if k != "triton"} | {GLUON: True}
+    if serves_gluon and not mine:
+        for key, nested in ((GLUON, gluon), (WS, ws)):
+            if gluon_selected(nested):
+                cfg = {k: v for k, v in nested.items() if k != "triton"} | {key: True}
+                break
     if mine:
         cfg.update(mine)
         bucket = f"{bucket}+override"

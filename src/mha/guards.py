@@ -155,10 +155,11 @@ def reaches_bucket(guard: dict, bucket: str, select_bucket) -> bool:
 
 
 def _bucket_configs(section: dict):
-    """(bucket, config, suffix) of each bucket and of its `unmasked` and `gluon` configs (mha.config)."""
+    """(bucket, config, suffix) of each bucket and of its nested `unmasked`, `gluon` and `ws` configs
+    (mha.config.NESTED_KEYS)."""
     for bucket, cfg in section.items():
         yield bucket, cfg, ""
-        for sub in ("unmasked", "gluon"):
+        for sub in ("unmasked", "gluon", "ws"):
             if isinstance(cfg, dict) and isinstance(cfg.get(sub), dict):
                 yield bucket, cfg[sub], "." + sub
 

@@ -36,12 +36,15 @@ import triton
 from . import config as config_mod
 from .kernels import backward as bwd_kernels
 from .kernels.backward import attn_bwd_dkdv, attn_bwd_dkdv_dq, attn_bwd_dq, attn_bwd_preprocess
+from .kernels.backward_ws import DO_NOT_SPECIALIZE as WS_DO_NOT_SPECIALIZE
+from .kernels.backward_ws import attn_bwd_dkdv_ws, attn_bwd_dq_ws
 from .kernels.forward import FWD_DO_NOT_SPECIALIZE, attn_fwd
 from .kernels.forward_ws import LSE_COPIES, attn_fwd_ws
 
 DO_NOT_SPECIALIZE = {"fwd": FWD_DO_NOT_SPECIALIZE, "bwd_preprocess": bwd_kernels.PREPROCESS_DO_NOT_SPECIALIZE,
                      "bwd_dkdv": bwd_kernels.DKDV_DO_NOT_SPECIALIZE, "bwd_dq": bwd_kernels.DQ_DO_NOT_SPECIALIZE,
-                     "bwd_dkdv_dq": bwd_kernels.DKDV_DQ_DO_NOT_SPECIALIZE}
+                     "bwd_dkdv_dq": bwd_kernels.DKDV_DQ_DO_NOT_SPECIALIZE,
+                     "bwd_dkdv_ws": WS_DO_NOT_SPECIALIZE, "bwd_dq_ws": WS_DO_NOT_SPECIALIZE}
 
 LOG2E = 1.4426950408889634
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -174,21 +177,38 @@ def gluon_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     """What the Gluon forward needs of the tensors themselves (mha.kernels.forward_gluon): on the
     GPU, contiguous, TMA-readable, lengths it takes (mha.config.gluon_lengths_ok), and a grid
     within CUDA's limits."""
-    from .kernels import forward_gluon  # imported by kernel_specs already: a "fwd_gluon" spec exists
     (batch, seqlen_q, heads_q, _), seqlen_k = q.shape, k.shape[1]
     return (q.is_cuda and all(t.is_contiguous() for t in (q, k, v)) and tma_ready(q, k, v)
             and config_mod.gluon_lengths_ok(seqlen_q, seqlen_k, causal)
-            and forward_gluon.launch_grid(batch, heads_q, seqlen_q, causal)[1] <= MAX_GRID_YZ)
+            and tile_grid(batch, heads_q, seqlen_q, causal)[1] <= MAX_GRID_YZ)
 
 
 def gluon_backward_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
     """What the Gluon backward needs of q, k and v (mha.kernels.backward_gluon, backward_gluon_pe):
     the forward's conditions (which hold the dQ kernel's grid, the forward's), and the dK/dV
     kernel's grid within CUDA's limits. dO must be contiguous and TMA-readable too (`backward` sees to it)."""
-    from .kernels import forward_gluon  # imported by kernel_specs already: a Gluon spec exists
-    batch, seqlen_k, heads_k, _ = k.shape
-    return (gluon_inputs_ok(q, k, v, causal)
-            and forward_gluon.launch_grid(batch, heads_k, seqlen_k, causal)[1] <= MAX_GRID_YZ)
+    return q.is_cuda and ws_backward_inputs_ok(q, k, v, causal)
+
+
+def ws_backward_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
+    """What the warp-specialized backward needs of q, k and v (mha.kernels.backward_ws), and the
+    Gluon one on the GPU: contiguous, TMA-readable, lengths they take (mha.config.gluon_lengths_ok),
+    and both kernels' grids within CUDA's limits. dO must be contiguous and TMA-readable too
+    (`backward` sees to it). The interpreter runs the warp-specialized kernels on the CPU."""
+    (batch, seqlen_q, heads_q, _), (seqlen_k, heads_k) = q.shape, k.shape[1:3]
+    return (all(t.is_contiguous() for t in (q, k, v)) and tma_ready(q, k, v)
+            and config_mod.gluon_lengths_ok(seqlen_q, seqlen_k, causal)
+            and tile_grid(batch, heads_q, seqlen_q, causal)[1] <= MAX_GRID_YZ
+            and tile_grid(batch, heads_k, seqlen_k, causal)[1] <= MAX_GRID_YZ)
+
+
+def tile_grid(batch: int, heads: int, seqlen: int, causal: bool) -> tuple[int, int]:
+    """The grid of the 128-row tiles of `seqlen` in each (batch, head) slice, for the kernels of
+    fixed 128-row tiles (the Gluon ones, the warp-specialized backward): (slices, tiles) for
+    causal, so that each slice's longest tiles start in the first waves, else (tiles, slices).
+    Query tiles of the query heads (forward, dQ), key tiles of the KV heads (dK/dV)."""
+    tiles = seqlen // config_mod.GLUON_TILE_ROWS
+    return (batch * heads, tiles) if causal else (tiles, batch * heads)
 
 
 # The Gluon specs are built from their values alone, so they are cached by those values: naming
@@ -235,14 +255,31 @@ def _gluon_pe_dkdv_spec(dtype: str, causal: bool, bucket: str, block_m1: int, nu
                       bucket, "backward", {"maxnreg": MAXNREG})
 
 
+@functools.lru_cache(maxsize=256)
+def _ws_backward_specs(dtype: str, d: int, causal: bool, bucket: str, block_m1: int, block_n2: int,
+                       num_warps: int, stages: int) -> tuple[tuple[str, KernelSpec], ...]:
+    """The warp-specialized backward's specs: dK/dV and dQ."""
+    ptr = "*" + dtype
+    scalars = {"batch": "i32", "seqlen_q": "i32", "seqlen_k": "i32", "num_heads": "i32", "group": "i32",
+               "qk_scale": "fp32", "sm_scale": "fp32"}
+    inputs = {"Q": ptr, "K": ptr, "V": ptr, "DOut": ptr, "Lse": "*fp32", "Delta": "*fp32"}
+    parts = (("bwd_dkdv_ws", attn_bwd_dkdv_ws, inputs | {"DK": ptr, "DV": ptr},
+              dict(HEAD=d, BLOCK_M=block_m1, CAUSAL=causal)),
+             ("bwd_dq_ws", attn_bwd_dq_ws, inputs | {"DQ": ptr}, dict(HEAD=d, BLOCK_N=block_n2, CAUSAL=causal)))
+    return tuple((name, KernelSpec(name, fn, _ordered(fn, signature | scalars, constexprs), constexprs, num_warps,
+                                   stages, bucket, "backward"))
+                 for name, fn, signature, constexprs in parts)
+
+
 def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dict[str, KernelSpec]:
     """Specs of the kernels of `problem` on `arch`: "fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", and
     "bwd_dkdv_dq" where the backward config asks for a single pass (`single_pass`; used only when
     the caller allows nondeterminism, see `backward`); "fwd_gluon" where the forward config
     selects the Gluon forward for this problem and toolchain ("fwd" then runs the inputs it cannot
     take, see `forward`), and "bwd_dkdv_gluon" and "bwd_dq_gluon" where the backward config
-    selects the Gluon backward (likewise, see `backward`); for the `pe` bucket's Dqk 192 / Dv 128
-    that is "bwd_dkdv_gluon" alone, beside the Triton "bwd_dq"."""
+    selects the Gluon backward (likewise, see `backward`; for the `pe` bucket's Dqk 192 / Dv 128
+    that is "bwd_dkdv_gluon" alone, beside the Triton "bwd_dq"), or "bwd_dkdv_ws" and "bwd_dq_ws"
+    where it selects the warp-specialized one."""
     ptr = "*" + problem.dtype
     drop_p = 0.5 if problem.dropout else 0.0  # only its being > 0 matters to the bucket rule
     common = dict(
@@ -286,6 +323,9 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
             specs.update(_gluon_backward_spec_pair(problem.dtype, problem.dqk, problem.bound_right, bucket,
                                                    cfg["BLOCK_M1"], cfg["BLOCK_N2"], cfg["num_warps"],
                                                    cfg["num_stages"]))
+        elif cfg.get(config_mod.WS):
+            specs.update(_ws_backward_specs(problem.dtype, problem.dqk, problem.bound_right, bucket, cfg["BLOCK_M1"],
+                                            cfg["BLOCK_N2"], cfg["num_warps"], cfg["num_stages"]))
     bucket, cfg = config_mod.resolve("backward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config)
     pre = dict(HEAD_DV=problem.dv, BLOCK_DV=_block_dim(problem.dv), BLOCK_M=cfg["BLOCK_M2"],
                IS_VARLEN=problem.varlen)
@@ -495,7 +535,7 @@ def forward_gluon(spec: KernelSpec, geo: Geometry, q, k, v, softmax_scale: float
     out = torch.empty((geo.batch, geo.seqlen_q, geo.heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
     lse = torch.empty((geo.batch, geo.heads_q, geo.seqlen_q), dtype=torch.float32, device=q.device)
     descs = kernel.descriptors(q, k, v, out, DTYPE_NAMES[q.dtype], spec.constexprs["BLOCK_N"])
-    grid = kernel.launch_grid(geo.batch, geo.heads_q, geo.seqlen_q, spec.constexprs["CAUSAL"])
+    grid = tile_grid(geo.batch, geo.heads_q, geo.seqlen_q, spec.constexprs["CAUSAL"])
     _launch(spec, grid, [*descs, lse, softmax_scale * LOG2E, geo.seqlen_q, geo.seqlen_k, geo.heads_q,
                          geo.heads_q // geo.heads_k])
     return out, lse
@@ -518,11 +558,13 @@ def launched_kernels(specs: dict, pass_: str, deterministic: bool = False) -> tu
     where kernel_specs made one (fwd for inputs it cannot take, see `forward`); the backward runs
     bwd_dkdv_gluon where kernel_specs made one (likewise, see `backward`), with bwd_dq_gluon where
     there is one and bwd_dq otherwise, else bwd_dkdv_dq where its config asks for a single pass
-    and the caller allows nondeterminism, else bwd_dkdv and bwd_dq."""
+    and the caller allows nondeterminism, else bwd_dkdv and bwd_dq. The warp-specialized
+    backward's bwd_dkdv_ws and bwd_dq_ws are launched as the Gluon ones are."""
     if pass_ == "forward":
         return ("fwd_gluon",) if "fwd_gluon" in specs else ("fwd",)
-    if "bwd_dkdv_gluon" in specs:
-        return ("bwd_preprocess", "bwd_dkdv_gluon", "bwd_dq_gluon" if "bwd_dq_gluon" in specs else "bwd_dq")
+    for kind in ("gluon", "ws"):
+        if f"bwd_dkdv_{kind}" in specs:
+            return ("bwd_preprocess", f"bwd_dkdv_{kind}", f"bwd_dq_{kind}" if f"bwd_dq_{kind}" in specs else "bwd_dq")
     if not deterministic and "bwd_dkdv_dq" in specs:
         return ("bwd_preprocess", "bwd_dkdv_dq")
     return ("bwd_preprocess", "bwd_dkdv", "bwd_dq")
@@ -563,6 +605,13 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
             dq = (backward_gluon_dq(dq_spec, geo, q, k, v, dout, lse, delta, softmax_scale) if dq_spec is not None
                   else triton_dq(dout))
             return dq, dk, dv, delta
+    ws = specs.get("bwd_dkdv_ws")
+    if ws is not None and ws_backward_inputs_ok(q, k, v, ws.constexprs["CAUSAL"]) and lse.is_contiguous():
+        dout = dout.contiguous()   # read by TMA as a (B*S, H*D) matrix, as q
+        if tma_ready(dout):
+            dk, dv = backward_ws_dkdv(ws, geo, q, k, v, dout, lse, delta, softmax_scale)
+            dq = backward_ws_dq(specs["bwd_dq_ws"], geo, q, k, v, dout, lse, delta, softmax_scale)
+            return dq, dk, dv, delta
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     single_pass = "bwd_dkdv_dq" in launched_kernels(specs, "backward", deterministic)
     # The single pass adds dQ into a zeroed float32 buffer (the layout of a contiguous q) as it goes.
@@ -578,16 +627,39 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
     return triton_dq(dout), dk, dv, delta
 
 
+def _ws_launch(spec: KernelSpec, geo: Geometry, heads: int, seqlen: int, tensors: list, softmax_scale: float) -> None:
+    """A warp-specialized backward kernel over the 128-row tiles of `seqlen` in each (batch,
+    `heads`) slice (tile_grid)."""
+    if tensors[0].is_cuda:
+        triton.set_allocator(_scratch)   # device-side descriptors, as forward_ws (see `forward`)
+    _launch(spec, tile_grid(geo.batch, heads, seqlen, spec.constexprs["CAUSAL"]),
+            [*tensors, geo.batch, geo.seqlen_q, geo.seqlen_k, heads, geo.heads_q // geo.heads_k,
+             softmax_scale * LOG2E, softmax_scale])
+
+
+def backward_ws_dkdv(spec: KernelSpec, geo: Geometry, q, k, v, dout, lse, delta, softmax_scale: float):
+    """(dk, dv) by attn_bwd_dkdv_ws (dense, contiguous; lse and delta contiguous)."""
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    _ws_launch(spec, geo, geo.heads_k, geo.seqlen_k, [q, k, v, dout, lse, delta, dk, dv], softmax_scale)
+    return dk, dv
+
+
+def backward_ws_dq(spec: KernelSpec, geo: Geometry, q, k, v, dout, lse, delta, softmax_scale: float):
+    """dq by attn_bwd_dq_ws (dense, contiguous; lse and delta contiguous)."""
+    dq = torch.empty_like(q)
+    _ws_launch(spec, geo, geo.heads_q, geo.seqlen_q, [q, k, v, dout, lse, delta, dq], softmax_scale)
+    return dq
+
+
 def backward_gluon_dkdv(spec: KernelSpec, geo: Geometry, q, k, v, dout, lse, delta, softmax_scale: float):
     """(dk, dv) by a Gluon dK/dV kernel, attn_bwd_dkdv_gluon or the `pe` bucket's
     attn_bwd_dkdv_gluon_pe (dense; lse and delta contiguous)."""
     from .kernels import backward_gluon, backward_gluon_pe  # Triton with Gluon only (see _gluon_backward_spec_pair)
-    from .kernels.forward_gluon import launch_grid
     kernels = backward_gluon_pe if spec.fn is backward_gluon_pe.attn_bwd_dkdv_gluon_pe else backward_gluon
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     causal = spec.constexprs["CAUSAL"]
     descs = kernels.dkdv_descriptors(q, k, v, dout, dk, dv, lse, delta, DTYPE_NAMES[q.dtype], spec.constexprs["BLOCK_M"])
-    _launch(spec, launch_grid(geo.batch, geo.heads_k, geo.seqlen_k, causal),
+    _launch(spec, tile_grid(geo.batch, geo.heads_k, geo.seqlen_k, causal),
             [*descs, softmax_scale * LOG2E, softmax_scale, geo.seqlen_q, geo.seqlen_k, geo.heads_k,
              geo.heads_q // geo.heads_k])
     return dk, dv
@@ -596,10 +668,9 @@ def backward_gluon_dkdv(spec: KernelSpec, geo: Geometry, q, k, v, dout, lse, del
 def backward_gluon_dq(spec: KernelSpec, geo: Geometry, q, k, v, dout, lse, delta, softmax_scale: float):
     """dq by the Gluon dQ kernel (dense; lse and delta contiguous)."""
     from .kernels import backward_gluon as kernels  # Triton with Gluon only (see _gluon_backward_spec_pair)
-    from .kernels.forward_gluon import launch_grid
     dq = torch.empty_like(q)
     descs = kernels.dq_descriptors(q, k, v, dout, dq, DTYPE_NAMES[q.dtype], spec.constexprs["BLOCK_N"])
-    _launch(spec, launch_grid(geo.batch, geo.heads_q, geo.seqlen_q, spec.constexprs["CAUSAL"]),
+    _launch(spec, tile_grid(geo.batch, geo.heads_q, geo.seqlen_q, spec.constexprs["CAUSAL"]),
             [*descs, lse, delta, softmax_scale * LOG2E, softmax_scale, geo.seqlen_q, geo.seqlen_k, geo.heads_q,
              geo.heads_q // geo.heads_k])
     return dq

@@ -48,7 +48,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 # Two consumer warpgroups and a loader warp, as the forward: its register budget and host helpers.
 from .forward_gluon import (CONSUMER_REGS, LOADER_REGS, NUM_CONSUMERS, desc_type, matrix_desc,
                             shared_layout)
-# The forward's tile: both kernels' grids are its launch_grid (key tiles of the KV heads for dK/dV).
+# The forward's tile: both kernels' grids are mha.launch.tile_grid's (key tiles of the KV heads for dK/dV).
 from .forward_gluon import BLOCK_M as TILE_ROWS
 
 DQ_ROWS = TILE_ROWS    # query rows per dQ program

@@ -20,7 +20,7 @@ the blocks that cross it are masked; blocks right of it are never loaded. The ep
 through the consumer's Q slot and a TMA store, lse (natural log) with a plain store.
 
 The grid is (query tiles, batch * query heads), or for causal (batch * query heads, query
-tiles) with the longest tiles first (launch_grid).
+tiles) with the longest tiles first (mha.launch.tile_grid).
 
 What the host side must guarantee (mha.launch.gluon_inputs_ok checks it before every launch):
 q (B, Sq, Hq, D), k/v (B, Sk, Hk, D) contiguous fp16/bf16, D in {64, 128}, Hq % Hk == 0, Sq and
@@ -292,14 +292,6 @@ def signature_types(dtype: str, head_dim: int, block_n: int) -> dict:
 def constexprs(head_dim: int, block_n: int, stages: int, causal: bool) -> dict:
     return {"HEAD_DIM": head_dim, "BLOCK_M": BLOCK_M, "BLOCK_N": block_n, "STAGES": stages, "CAUSAL": causal,
             "NUM_CONSUMERS": NUM_CONSUMERS, "LOADER_REGS": LOADER_REGS, "CONSUMER_REGS": CONSUMER_REGS}
-
-
-def launch_grid(batch: int, heads: int, seqlen: int, causal: bool) -> tuple[int, int]:
-    """The grid of the 128-row tiles of `seqlen` in each (batch, head) slice: (slices, tiles) for
-    causal, else (tiles, slices). The forward's and the dQ kernel's (query tiles of the query
-    heads), and the dK/dV kernel's (key tiles of the KV heads)."""
-    tiles = seqlen // BLOCK_M
-    return (batch * heads, tiles) if causal else (tiles, batch * heads)
 
 
 def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, dtype: str, block_n: int):

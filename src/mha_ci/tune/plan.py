@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mha_ci.checksums.candidates import compile_candidates
 from mha_ci.errors import ConfigError
-from mha.config import GLUON, UNMASKED
+from mha.config import NESTED_KEYS
 from mha_ci.tune import outdir, prune, rules, space, targets
 
 
@@ -69,8 +69,8 @@ def build(root: Path, pipeline, arch_name: str, toolchain_name: str, pass_: str,
 
 
 def own_config(bucket_cfg: dict) -> dict:
-    """The bucket's own config: without its `unmasked` and `gluon` ones (targets.own_config_shapes)."""
-    return {k: v for k, v in bucket_cfg.items() if k not in (UNMASKED, GLUON)}
+    """The bucket's own config: without its `unmasked`, `gluon` and `ws` ones (targets.own_config_shapes)."""
+    return {k: v for k, v in bucket_cfg.items() if k not in NESTED_KEYS}
 
 
 def render(plan: dict) -> str:

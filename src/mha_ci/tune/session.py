@@ -119,7 +119,7 @@ def choose(gate: GatePolicy, out: Path, plan: dict, max_candidates: int) -> dict
 def verify(request: PerfRequest, plan: dict, choices: dict, deadline: float) -> bool:
     """Time current vs chosen on the full set's shapes of the changed buckets that run the
     bucket's own config (targets.own_config_shapes: a proposal does not change the shapes its
-    `unmasked` or `gluon` config takes); True when done."""
+    `unmasked`, `gluon` or `ws` config takes); True when done."""
     changed = {b: c["config"] for b, c in choices.items() if c["choice"]}
     if not changed:
         return True

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mha.config import BUCKETS, GLUON, UNMASKED, gluon_lengths_ok, gluon_selected, gluon_serves
+from mha.config import BUCKETS, GLUON, UNMASKED, WS, gluon_lengths_ok, gluon_selected, gluon_serves
 from mha_ci.errors import ConfigError
 from mha_ci.perf.buckets import bucket_of
 from mha_ci.perf.shapes import Shape
@@ -104,18 +104,19 @@ def own_config_shapes(target: BucketTarget, bucket_cfg: dict, arch: str = "", tr
                       ) -> BucketTarget:
     """The target restricted to the shapes the bucket's own config serves, which a tune run
     changes. A forward bucket's `unmasked` config (mha.config) serves the problems without a
-    causal or window band, and its `gluon` config, where it names the toolchain's Triton, the
-    problems the Gluon forward takes (mha.config.gluon_serves and gluon_lengths_ok): a tune run
-    leaves both as they are, so their shapes are not judged. Fails closed when no shape is left:
-    the run would judge nothing."""
-    gluon = gluon_selected(bucket_cfg.get(GLUON), triton_version) if triton_version else False
+    causal or window band, and its `gluon` or `ws` config, where it names the toolchain's Triton,
+    the problems the Gluon kernels take (mha.config.gluon_serves and gluon_lengths_ok; the
+    warp-specialized backward takes the same): a tune run leaves them as they are, so their
+    shapes are not judged. Fails closed when no shape is left: the run would judge nothing."""
+    gluon = (any(gluon_selected(bucket_cfg.get(key), triton_version) for key in (GLUON, WS))
+             if triton_version else False)
     if UNMASKED not in bucket_cfg and not gluon:
         return target
     kept = [e for e in target.shapes
             if (UNMASKED not in bucket_cfg or _has_band(shape_of(e))) and not (gluon and _runs_gluon(shape_of(e), arch))]
     if target.shapes and not kept:
-        raise ConfigError(f"bucket {target.bucket!r}: every shape chosen runs the bucket's `unmasked` or `gluon` "
-                          f"config, which tune does not change; nothing left to judge")
+        raise ConfigError(f"bucket {target.bucket!r}: every shape chosen runs the bucket's `unmasked`, `gluon` or "
+                          f"`ws` config, which tune does not change; nothing left to judge")
     keys = {e["key"] for e in kept}
     return BucketTarget(target.bucket, kept, [k for k in target.regressed if k in keys],
                         {k: v for k, v in target.report_rows.items() if k in keys})

@@ -277,19 +277,24 @@ def test_a_bucket_with_a_gluon_config_leaves_its_shapes_out_where_the_toolchain_
 
 def test_a_backward_gluon_config_leaves_its_backward_shapes_out_where_the_toolchain_runs_it():
     """The backward bucket's `gluon` config (the Gluon dK/dV and dQ kernels) takes the same problems
-    as the forward's: tune of the backward leaves those shapes out under Triton 3.8 only."""
+    as the forward's, and its `ws` config (the warp-specialized backward) the same again: tune of
+    the backward leaves those shapes out under Triton 3.8 (gluon) and 3.4 (ws), and keeps them
+    under a Triton that runs neither (3.6)."""
     from mha_ci.perf.request import selected_workloads
     entries = [w.to_dict() for w in selected_workloads(load_pipeline(ROOT), "full")]
     target = targets.choose(entries, ["default"], None, "backward")[0]
     sm90 = rules.load_config(ROOT, "sm90")["backward"]["default"]
-    assert sm90["gluon"]["triton"] == ">=3.8"
-    golden = targets.own_config_shapes(target, sm90, "sm90", "3.4.0")
+    assert sm90["gluon"]["triton"] == ">=3.8" and sm90["ws"]["triton"] == "==3.4"
+    neither = targets.own_config_shapes(target, sm90, "sm90", "3.6.0")
+    assert neither is target
     top = targets.own_config_shapes(target, sm90, "sm90", "3.8.0")
-    gone = {e["key"] for e in golden.shapes} - {e["key"] for e in top.shapes}
+    gone = {e["key"] for e in neither.shapes} - {e["key"] for e in top.shapes}
     assert "dense_b1_hq64_hk8_sq8192_sk8192_dqk128_dv128_c1_bwd" in gone
     assert all(k.startswith("dense_") and "_dqk128_dv128_c" in k and k.endswith("_bwd") for k in gone)
     assert "varlen_b1_hq64_hk8_sq8192_sk8192_dqk128_dv128_c1_bwd" in {e["key"] for e in top.shapes}
-    assert "gluon" not in plan.own_config(sm90) and plan.own_config(sm90)["num_warps"] == 8
+    golden = targets.own_config_shapes(target, sm90, "sm90", "3.4.0")
+    assert {e["key"] for e in golden.shapes} == {e["key"] for e in top.shapes}
+    assert not {"gluon", "ws"} & set(plan.own_config(sm90)) and plan.own_config(sm90)["num_warps"] == 8
 
 
 def test_the_pe_buckets_gluon_dkdv_leaves_its_dense_backward_shapes_out_under_triton_3_8():
