@@ -137,3 +137,27 @@ def run_varlen(lens_q, lens_k, heads_q, heads_k, dqk, dv, dtype, device, causal=
         grads = torch.autograd.grad(out, inputs, place("dout", do))
         for name, g, r, lp in zip(("dq", "dk", "dv", "dsink"), grads, refs["ref"][2], refs["lowp"][2]):
             assert_close(name, g, r, lp, dtype)
+
+
+TRITON_BACKWARD = ("bwd_preprocess", "bwd_dkdv", "bwd_dq")
+
+
+def check_strided_backward(device, dtype, seqlen, launched, fast):
+    """For the backward kernels `fast` that read whole tiles by TMA (Gluon, warp-specialized): a
+    strided q runs the Triton backward instead, and a strided dO is copied, so its gradients equal
+    a contiguous dO's bit for bit. `launched` is the fixture that records the kernels run."""
+    gen = torch.Generator().manual_seed(5)
+    q = torch.randn(1, seqlen, 2, 256, generator=gen).to(device, dtype)[..., :128]
+    k, v = (torch.randn(1, seqlen, 2, 128, generator=gen).to(device, dtype) for _ in range(2))
+    do_wide = torch.randn(1, seqlen, 2, 256, generator=gen).to(device, dtype)
+    grads = {}
+    for name, qq, do in (("strided_q", q, do_wide[..., :128]), ("contiguous", q.contiguous(), do_wide[..., :128]),
+                         ("reference", q.contiguous(), do_wide[..., :128].contiguous())):
+        leaves = [t.detach().requires_grad_(True) for t in (qq, k, v)]     # detach keeps q's strides
+        launched.clear()
+        out = mha.flash_attn_func(*leaves, causal=True)
+        grads[name] = torch.autograd.grad(out, leaves, do)
+        assert tuple(launched[1:]) == (TRITON_BACKWARD if name == "strided_q" else fast), name
+    assert all(torch.equal(a, b) for a, b in zip(grads["contiguous"], grads["reference"]))
+    for a, b in zip(grads["strided_q"], grads["reference"]):
+        torch.testing.assert_close(a, b, atol=2e-2, rtol=0)

@@ -12,7 +12,7 @@ import torch
 import mha
 from mha import config as config_mod
 from mha import launch
-from cases import GLUON_CASES, GLUON_FALLBACK_CASES, GLUON_PE_CASES, Case, run_dense
+from cases import GLUON_CASES, GLUON_FALLBACK_CASES, GLUON_PE_CASES, Case, check_strided_backward, run_dense
 from checks import dtype_param
 from conftest import HAS_CUDA
 
@@ -211,19 +211,4 @@ def test_other_lengths_run_the_triton_backward(case, device, launched):
 @pytest.mark.gpu
 @needs_gluon
 def test_a_strided_input_runs_the_triton_backward_and_a_strided_dout_is_copied(device, launched):
-    gen = torch.Generator().manual_seed(5)
-    q = torch.randn(1, 256, 2, 256, generator=gen).to(device, torch.bfloat16)[..., :128]
-    k, v = (torch.randn(1, 256, 2, 128, generator=gen).to(device, torch.bfloat16) for _ in range(2))
-    do_wide = torch.randn(1, 256, 2, 256, generator=gen).to(device, torch.bfloat16)
-    grads = {}
-    for name, qq, do in (("strided_q", q, do_wide[..., :128]), ("contiguous", q.contiguous(), do_wide[..., :128]),
-                         ("reference", q.contiguous(), do_wide[..., :128].contiguous())):
-        leaves = [t.detach().requires_grad_(True) for t in (qq, k, v)]     # detach keeps q's strides
-        launched.clear()
-        out = mha.flash_attn_func(*leaves, causal=True)
-        grads[name] = torch.autograd.grad(out, leaves, do)
-        expected = ("bwd_preprocess", "bwd_dkdv", "bwd_dq") if name == "strided_q" else GLUON_BACKWARD
-        assert tuple(launched[1:]) == expected, name
-    assert all(torch.equal(a, b) for a, b in zip(grads["contiguous"], grads["reference"]))
-    for a, b in zip(grads["strided_q"], grads["reference"]):
-        torch.testing.assert_close(a, b, atol=2e-2, rtol=0)
+    check_strided_backward(device, torch.bfloat16, 256, launched, GLUON_BACKWARD)

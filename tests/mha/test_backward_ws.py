@@ -14,7 +14,7 @@ import mha
 from mha import config as config_mod
 from mha import interface, launch
 from mha.kernels.backward_ws import attn_bwd_dkdv_ws, attn_bwd_dq_ws
-from cases import GLUON_CASES, GLUON_FALLBACK_CASES, Case, run_dense
+from cases import GLUON_CASES, GLUON_FALLBACK_CASES, TRITON_BACKWARD, Case, check_strided_backward, run_dense
 from checks import dtype_param
 from conftest import HAS_CUDA
 
@@ -22,7 +22,6 @@ SM90 = config_mod.load_arch_configs("sm90")["backward"]
 WS_CONFIG = SM90["default"]["ws"]
 SELECTED_HERE = config_mod.gluon_selected(WS_CONFIG)
 WS_BACKWARD = ("bwd_preprocess", "bwd_dkdv_ws", "bwd_dq_ws")
-TRITON_BACKWARD = ("bwd_preprocess", "bwd_dkdv", "bwd_dq")
 SELECTING = "3.4.0"     # a Triton the shipped config selects it for (the test below pins which)
 
 
@@ -167,21 +166,7 @@ def test_other_lengths_run_the_triton_backward(case, device, runs_ws, launched):
 
 
 def test_a_strided_input_runs_the_triton_backward_and_a_strided_dout_is_copied(device, runs_ws, launched):
-    gen = torch.Generator().manual_seed(5)
-    q = torch.randn(1, 128, 2, 256, generator=gen).to(device, torch.float16)[..., :128]
-    k, v = (torch.randn(1, 128, 2, 128, generator=gen).to(device, torch.float16) for _ in range(2))
-    do_wide = torch.randn(1, 128, 2, 256, generator=gen).to(device, torch.float16)
-    grads = {}
-    for name, qq, do in (("strided_q", q, do_wide[..., :128]), ("contiguous", q.contiguous(), do_wide[..., :128]),
-                         ("reference", q.contiguous(), do_wide[..., :128].contiguous())):
-        leaves = [t.detach().requires_grad_(True) for t in (qq, k, v)]     # detach keeps q's strides
-        launched.clear()
-        out = mha.flash_attn_func(*leaves, causal=True)
-        grads[name] = torch.autograd.grad(out, leaves, do)
-        assert tuple(launched[1:]) == (TRITON_BACKWARD if name == "strided_q" else WS_BACKWARD), name
-    assert all(torch.equal(a, b) for a, b in zip(grads["contiguous"], grads["reference"]))
-    for a, b in zip(grads["strided_q"], grads["reference"]):
-        torch.testing.assert_close(a, b, atol=2e-2, rtol=0)
+    check_strided_backward(device, torch.float16, 128, launched, WS_BACKWARD)
 
 
 @pytest.mark.gpu
