@@ -9,10 +9,10 @@ problems they serve are the Gluon forward's (test_forward_gluon.test_which_probl
 import pytest
 import torch
 
-import mha
 from mha import config as config_mod
 from mha import launch
-from cases import GLUON_CASES, GLUON_FALLBACK_CASES, GLUON_PE_CASES, Case, check_strided_backward, run_dense
+from cases import (GLUON_CASES, GLUON_FALLBACK_CASES, GLUON_PE_CASES, Case, check_strided_backward,
+                   check_two_backwards_identical, run_dense)
 from checks import dtype_param
 from conftest import HAS_CUDA
 
@@ -173,16 +173,7 @@ def test_gradients(case, dtype, device, launched):
 @pytest.mark.parametrize("deterministic", [True, False])
 @pytest.mark.parametrize("dqk, kernels", [(128, GLUON_BACKWARD), (192, PE_BACKWARD)], ids=["d128", "pe"])
 def test_two_backwards_are_bitwise_identical(dqk, kernels, deterministic, device, launched):
-    gen = torch.Generator().manual_seed(3)
-    q, k, v, do = (torch.randn(2, 512, h, d, generator=gen).to(device, torch.bfloat16)
-                   for h, d in ((8, dqk), (2, dqk), (2, 128), (8, 128)))
-    grads = []
-    for _ in range(2):
-        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-        out = mha.flash_attn_func(*leaves, causal=True, deterministic=deterministic)
-        grads.append(torch.autograd.grad(out, leaves, do))
-    assert all(torch.equal(a, b) for a, b in zip(*grads))
-    assert set(kernels) <= set(launched)
+    check_two_backwards_identical(device, dqk, deterministic, launched, kernels)
 
 
 @pytest.mark.gpu

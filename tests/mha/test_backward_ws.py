@@ -10,11 +10,11 @@ where the toolchain's config selects it."""
 import pytest
 import torch
 
-import mha
 from mha import config as config_mod
 from mha import interface, launch
 from mha.kernels.backward_ws import attn_bwd_dkdv_ws, attn_bwd_dq_ws
-from cases import GLUON_CASES, GLUON_FALLBACK_CASES, TRITON_BACKWARD, Case, check_strided_backward, run_dense
+from cases import (GLUON_CASES, GLUON_FALLBACK_CASES, TRITON_BACKWARD, Case, check_strided_backward,
+                   check_two_backwards_identical, run_dense)
 from checks import dtype_param
 from conftest import HAS_CUDA
 
@@ -172,13 +172,4 @@ def test_a_strided_input_runs_the_triton_backward_and_a_strided_dout_is_copied(d
 @pytest.mark.gpu
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_two_backwards_are_bitwise_identical(deterministic, device, runs_ws, launched):
-    gen = torch.Generator().manual_seed(3)
-    q, k, v, do = (torch.randn(2, 512, h, d, generator=gen).to(device, torch.bfloat16)
-                   for h, d in ((8, 128), (2, 128), (2, 128), (8, 128)))
-    grads = []
-    for _ in range(2):
-        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-        out = mha.flash_attn_func(*leaves, causal=True, deterministic=deterministic)
-        grads.append(torch.autograd.grad(out, leaves, do))
-    assert all(torch.equal(a, b) for a, b in zip(*grads))
-    assert set(WS_BACKWARD) <= set(launched)
+    check_two_backwards_identical(device, 128, deterministic, launched, WS_BACKWARD)
