@@ -177,8 +177,14 @@ def gluon_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     """What the Gluon forward needs of the tensors themselves (mha.kernels.forward_gluon): on the
     GPU, contiguous, TMA-readable, lengths it takes (mha.config.gluon_lengths_ok), and a grid
     within CUDA's limits."""
+    return q.is_cuda and _tile_inputs_ok(q, k, v, causal)
+
+
+def _tile_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
+    """Contiguous, TMA-readable, lengths the 128-row tile kernels take, and the query tiles' grid
+    within CUDA's limits."""
     (batch, seqlen_q, heads_q, _), seqlen_k = q.shape, k.shape[1]
-    return (q.is_cuda and all(t.is_contiguous() for t in (q, k, v)) and tma_ready(q, k, v)
+    return (all(t.is_contiguous() for t in (q, k, v)) and tma_ready(q, k, v)
             and config_mod.gluon_lengths_ok(seqlen_q, seqlen_k, causal)
             and tile_grid(batch, heads_q, seqlen_q, causal)[1] <= MAX_GRID_YZ)
 
@@ -195,11 +201,8 @@ def ws_backward_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cau
     Gluon one on the GPU: contiguous, TMA-readable, lengths they take (mha.config.gluon_lengths_ok),
     and both kernels' grids within CUDA's limits. dO must be contiguous and TMA-readable too
     (`backward` sees to it). The interpreter runs the warp-specialized kernels on the CPU."""
-    (batch, seqlen_q, heads_q, _), (seqlen_k, heads_k) = q.shape, k.shape[1:3]
-    return (all(t.is_contiguous() for t in (q, k, v)) and tma_ready(q, k, v)
-            and config_mod.gluon_lengths_ok(seqlen_q, seqlen_k, causal)
-            and tile_grid(batch, heads_q, seqlen_q, causal)[1] <= MAX_GRID_YZ
-            and tile_grid(batch, heads_k, seqlen_k, causal)[1] <= MAX_GRID_YZ)
+    batch, seqlen_k, heads_k, _ = k.shape
+    return _tile_inputs_ok(q, k, v, causal) and tile_grid(batch, heads_k, seqlen_k, causal)[1] <= MAX_GRID_YZ
 
 
 def tile_grid(batch: int, heads: int, seqlen: int, causal: bool) -> tuple[int, int]:
@@ -562,7 +565,7 @@ def launched_kernels(specs: dict, pass_: str, deterministic: bool = False) -> tu
     backward's bwd_dkdv_ws and bwd_dq_ws are launched as the Gluon ones are."""
     if pass_ == "forward":
         return ("fwd_gluon",) if "fwd_gluon" in specs else ("fwd",)
-    for kind in ("gluon", "ws"):
+    for kind, *_ in TILE_BACKWARDS:
         if f"bwd_dkdv_{kind}" in specs:
             return ("bwd_preprocess", f"bwd_dkdv_{kind}", f"bwd_dq_{kind}" if f"bwd_dq_{kind}" in specs else "bwd_dq")
     if not deterministic and "bwd_dkdv_dq" in specs:
@@ -573,9 +576,9 @@ def launched_kernels(specs: dict, pass_: str, deterministic: bool = False) -> tu
 def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, softmax_scale: float,
              window: tuple[int, int], dropout_p: float, rng: tuple[int, int], deterministic: bool = True):
     """Returns (dq, dk, dv, delta); delta = rowsum(dO * O) in the lse layout. Two kernels (dK/dV,
-    then dQ), bitwise reproducible: the Gluon ones where kernel_specs made them and the inputs
-    allow it (gluon_backward_inputs_ok; the Triton dQ beside a Gluon dK/dV without a Gluon dQ);
-    or, with deterministic False and a "bwd_dkdv_dq" spec, one that adds dQ in atomics."""
+    then dQ), bitwise reproducible: the Gluon or warp-specialized ones where kernel_specs made them
+    and the inputs allow it (TILE_BACKWARDS; the Triton dQ beside a Gluon dK/dV without a Gluon
+    dQ); or, with deterministic False and a "bwd_dkdv_dq" spec, one that adds dQ in atomics."""
     delta = torch.empty_like(lse)
     dummy_i32 = cu_q if cu_q is not None else torch.empty(1, dtype=torch.int32, device=q.device)
     cu_k = cu_k if cu_k is not None else dummy_i32
@@ -596,21 +599,16 @@ def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, so
                        *lse_strides, *geo.kernel_seqlens(), geo.heads_q, group, *tail])
         return dq
 
-    gluon = specs.get("bwd_dkdv_gluon")
-    if gluon is not None and gluon_backward_inputs_ok(q, k, v, gluon.constexprs["CAUSAL"]):
-        dout = dout.contiguous()   # the Gluon kernels read dO by TMA, as a (B*S, H*D) matrix
+    for kind, inputs_ok, run_dkdv, run_dq in TILE_BACKWARDS:
+        tiled = specs.get(f"bwd_dkdv_{kind}")
+        if tiled is None or not (inputs_ok(q, k, v, tiled.constexprs["CAUSAL"]) and lse.is_contiguous()):
+            continue
+        dout = dout.contiguous()   # read by TMA, as a (B*S, H*D) matrix
         if tma_ready(dout):
-            dk, dv = backward_gluon_dkdv(gluon, geo, q, k, v, dout, lse, delta, softmax_scale)
-            dq_spec = specs.get("bwd_dq_gluon")
-            dq = (backward_gluon_dq(dq_spec, geo, q, k, v, dout, lse, delta, softmax_scale) if dq_spec is not None
+            dk, dv = run_dkdv(tiled, geo, q, k, v, dout, lse, delta, softmax_scale)
+            dq_spec = specs.get(f"bwd_dq_{kind}")
+            dq = (run_dq(dq_spec, geo, q, k, v, dout, lse, delta, softmax_scale) if dq_spec is not None
                   else triton_dq(dout))
-            return dq, dk, dv, delta
-    ws = specs.get("bwd_dkdv_ws")
-    if ws is not None and ws_backward_inputs_ok(q, k, v, ws.constexprs["CAUSAL"]) and lse.is_contiguous():
-        dout = dout.contiguous()   # read by TMA as a (B*S, H*D) matrix, as q
-        if tma_ready(dout):
-            dk, dv = backward_ws_dkdv(ws, geo, q, k, v, dout, lse, delta, softmax_scale)
-            dq = backward_ws_dq(specs["bwd_dq_ws"], geo, q, k, v, dout, lse, delta, softmax_scale)
             return dq, dk, dv, delta
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     single_pass = "bwd_dkdv_dq" in launched_kernels(specs, "backward", deterministic)
@@ -674,6 +672,12 @@ def backward_gluon_dq(spec: KernelSpec, geo: Geometry, q, k, v, dout, lse, delta
             [*descs, lse, delta, softmax_scale * LOG2E, softmax_scale, geo.seqlen_q, geo.seqlen_k, geo.heads_q,
              geo.heads_q // geo.heads_k])
     return dq
+
+
+# The backwards of whole 128-row tiles, read by TMA, in the order `backward` tries them: (kind, what
+# they need of q/k/v, the dK/dV run, the dQ run); their specs are "bwd_dkdv_<kind>" and "bwd_dq_<kind>".
+TILE_BACKWARDS = (("gluon", gluon_backward_inputs_ok, backward_gluon_dkdv, backward_gluon_dq),
+                  ("ws", ws_backward_inputs_ok, backward_ws_dkdv, backward_ws_dq))
 
 
 def default_scale(dqk: int) -> float:

@@ -37,10 +37,10 @@ DO_NOT_SPECIALIZE = ("batch", "seqlen_q", "seqlen_k", "num_heads", "group")
 
 
 @triton.jit
-def _matrix_desc(Base, rows, heads, HEAD: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):
-    """(B * S, H * HEAD) view of a contiguous (B, S, H, HEAD) tensor in [BLOCK_ROWS, BLOCK_COLS] tiles."""
+def _matrix_desc(Base, rows, heads, HEAD: tl.constexpr, BLOCK_ROWS: tl.constexpr):
+    """(B * S, H * HEAD) view of a contiguous (B, S, H, HEAD) tensor in [BLOCK_ROWS, HEAD] tiles."""
     return tl.make_tensor_descriptor(Base, shape=[rows, heads * HEAD], strides=[heads * HEAD, 1],
-                                     block_shape=[BLOCK_ROWS, BLOCK_COLS])
+                                     block_shape=[BLOCK_ROWS, HEAD])
 
 
 @triton.jit
@@ -70,10 +70,10 @@ def attn_bwd_dkdv_ws(Q, K, V, DOut, Lse, Delta, DK, DV, batch, seqlen_q, seqlen_
     heads_q = num_heads * group
     n0 = pid_n * TILE
     diff = seqlen_k - seqlen_q
-    q_desc = _matrix_desc(Q, batch * seqlen_q, heads_q, HEAD, BLOCK_M, HEAD)
-    do_desc = _matrix_desc(DOut, batch * seqlen_q, heads_q, HEAD, BLOCK_M, HEAD)
-    k_desc = _matrix_desc(K, batch * seqlen_k, num_heads, HEAD, TILE, HEAD)
-    v_desc = _matrix_desc(V, batch * seqlen_k, num_heads, HEAD, TILE, HEAD)
+    q_desc = _matrix_desc(Q, batch * seqlen_q, heads_q, HEAD, BLOCK_M)
+    do_desc = _matrix_desc(DOut, batch * seqlen_q, heads_q, HEAD, BLOCK_M)
+    k_desc = _matrix_desc(K, batch * seqlen_k, num_heads, HEAD, TILE)
+    v_desc = _matrix_desc(V, batch * seqlen_k, num_heads, HEAD, TILE)
     kv_row = b * seqlen_k + n0
     k = k_desc.load([kv_row, hk * HEAD])
     v = v_desc.load([kv_row, hk * HEAD]) + 0.0       # in registers: one shared tile (K) per group
@@ -106,9 +106,9 @@ def attn_bwd_dkdv_ws(Q, K, V, DOut, Lse, Delta, DK, DV, batch, seqlen_q, seqlen_
         dv = tl.dot(pt.to(do.dtype), do, acc=dv)
         dst = (pt * (dpt - delta[None, :])).to(q.dtype)
         dk = tl.dot(dst, q, acc=dk)
-    dk_desc = _matrix_desc(DK, batch * seqlen_k, num_heads, HEAD, TILE, HEAD)
+    dk_desc = _matrix_desc(DK, batch * seqlen_k, num_heads, HEAD, TILE)
     dk_desc.store([kv_row, hk * HEAD], (dk * sm_scale).to(DK.dtype.element_ty))
-    dv_desc = _matrix_desc(DV, batch * seqlen_k, num_heads, HEAD, TILE, HEAD)
+    dv_desc = _matrix_desc(DV, batch * seqlen_k, num_heads, HEAD, TILE)
     dv_desc.store([kv_row, hk * HEAD], dv.to(DV.dtype.element_ty))
 
 
@@ -125,10 +125,10 @@ def attn_bwd_dq_ws(Q, K, V, DOut, Lse, Delta, DQ, batch, seqlen_q, seqlen_k, num
     heads_k = num_heads // group
     m0 = pid_m * TILE
     diff = seqlen_k - seqlen_q
-    q_desc = _matrix_desc(Q, batch * seqlen_q, num_heads, HEAD, TILE, HEAD)
-    do_desc = _matrix_desc(DOut, batch * seqlen_q, num_heads, HEAD, TILE, HEAD)
-    k_desc = _matrix_desc(K, batch * seqlen_k, heads_k, HEAD, BLOCK_N, HEAD)
-    v_desc = _matrix_desc(V, batch * seqlen_k, heads_k, HEAD, BLOCK_N, HEAD)
+    q_desc = _matrix_desc(Q, batch * seqlen_q, num_heads, HEAD, TILE)
+    do_desc = _matrix_desc(DOut, batch * seqlen_q, num_heads, HEAD, TILE)
+    k_desc = _matrix_desc(K, batch * seqlen_k, heads_k, HEAD, BLOCK_N)
+    v_desc = _matrix_desc(V, batch * seqlen_k, heads_k, HEAD, BLOCK_N)
     q_row = b * seqlen_q + m0
     q = q_desc.load([q_row, h * HEAD])
     do = do_desc.load([q_row, h * HEAD]) + 0.0     # in registers: one shared tile (Q) per group
@@ -157,5 +157,5 @@ def attn_bwd_dq_ws(Q, K, V, DOut, Lse, Delta, DQ, batch, seqlen_q, seqlen_k, num
         dp = tl.dot(do, tl.trans(v))
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, acc=dq)
-    dq_desc = _matrix_desc(DQ, batch * seqlen_q, num_heads, HEAD, TILE, HEAD)
+    dq_desc = _matrix_desc(DQ, batch * seqlen_q, num_heads, HEAD, TILE)
     dq_desc.store([q_row, h * HEAD], (dq * sm_scale).to(DQ.dtype.element_ty))
