@@ -24,6 +24,9 @@ The problems are the Gluon backward's of Dqk == Dv == 128 (mha.config.gluon_serv
 fp16/bf16, no window but a causal band, no sink or dropout; mha.config.WS_BUCKET) and the inputs
 are too (mha.launch.ws_backward_inputs_ok: contiguous, lengths multiples of 128, a
 causal band with Sk >= Sq). Both kernels are deterministic: no atomics.
+
+No shipped config selects them: on the GPU the dK/dV kernel gave non-finite rows in some runs (a
+race in what the pass generates; docs/configs.md, "Warp-specialized backward").
 """
 import triton
 import triton.language as tl

@@ -1,0 +1,7 @@
+# The lab matrix of issue 39's dK/dV race: each line one probe process (.lab/nan/ws_race_probe.py).
+P="python3 $(dirname $0)/ws_race_probe.py"
+echo "## shipped kernel, 3 stages (the race's control)"; WS='{"num_stages": 3}' REPS=10 $P s64k_c
+echo "## ptr, 3 stages"; WS='{"num_stages": 3}' VARIANT=ptr REPS=10 $P s64k_c
+echo "## early, 3 stages"; WS='{"num_stages": 3}' VARIANT=early REPS=10 $P s64k_c
+echo "## shipped kernel and config"; REPS=20 $P s64k_c b5_s64k_c
+echo "## ptr, shipped config"; VARIANT=ptr REPS=20 $P s8k_c b4_s4k_n s64k_n s64k_c b5_s64k_c
