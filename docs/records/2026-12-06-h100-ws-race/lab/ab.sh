@@ -2,6 +2,7 @@
 # docs/records/2026-12-04-h200-gluon-checks-tma-reduce/lab/ab.sh.
 # usage: STEPS="nan big" DEADLINE=560 CASES="s8k_c s64k_c" bash .lab/ab.sh 3.4   (carry .b34 .whl .lab)
 #   nan    .lab/nan/ws_race_probe.py $CASES;  ws3, wsm64: over $WSCASES with the ws config at 3 stages, BLOCK_M1 64
+#   fwd    .lab/nan/ws_fwd_probe.py: the shipped ws forward (2 stages) and at 3 stages, out/lse starting as a sentinel
 #   big    tests/mha/test_large_gpu.py;  wsq: tests/mha/test_backward_ws.py
 #   refresh/mc/corrp/bench as in that record's script
 # A step starts only when DEADLINE (s after start) leaves it its expected time (EXPECT_<step>).
@@ -32,6 +33,7 @@ for s in ${STEPS:-nan}; do
   ws3)   TAIL=40 step ws3 $left env WS='{"num_stages": 3}' python3 $ROOT/.lab/nan/ws_race_probe.py ${WSCASES:-s64k_c} ;;
   wsm64) TAIL=40 step wsm64 $left env WS='{"BLOCK_M1": 64}' python3 $ROOT/.lab/nan/ws_race_probe.py ${WSCASES:-s64k_c} ;;
   matrix) TAIL=60 step matrix $left bash $ROOT/.lab/nan/matrix.sh ;;
+  fwd)   TAIL=30 step fwd $left bash -c "REPS=10 python3 $ROOT/.lab/nan/ws_fwd_probe.py s64k b4_s4k b8_s8k b2_s32k; STAGES=3 REPS=10 python3 $ROOT/.lab/nan/ws_fwd_probe.py s64k b8_s8k" ;;
   big)   TAIL=20 step big$n $left python3 -m pytest -q -p no:cacheprovider -rfs tests/mha/test_large_gpu.py ;;
   wsq)   TAIL=20 step wsq$n $left python3 -m pytest -q -p no:cacheprovider -rfs tests/mha/test_backward_ws.py ;;
   refresh) TAIL=30 step refresh $left python3 -m mha_ci run --executor host --pins record --job refresh-sm90-$TC --out /tmp/r/refresh

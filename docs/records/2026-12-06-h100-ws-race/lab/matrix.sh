@@ -1,5 +1,6 @@
 # The lab matrix of issue 39's dK/dV race: each line one probe process (.lab/nan/ws_race_probe.py).
-P="python3 $(dirname $0)/ws_race_probe.py"
+# dK/dV start as -7776 (SENTINEL): entries the kernel never wrote are counted apart from wrong ones.
+P="python3 $(dirname $0)/ws_race_probe.py"; export SENTINEL=-7776
 echo "## shipped kernel, 3 stages (the race's control)"; WS='{"num_stages": 3}' REPS=10 $P s64k_c
 echo "## ptr, 3 stages"; WS='{"num_stages": 3}' VARIANT=ptr REPS=10 $P s64k_c
 echo "## early, 3 stages"; WS='{"num_stages": 3}' VARIANT=early REPS=10 $P s64k_c

@@ -1,6 +1,6 @@
 """Lab probe (issue 39): the warp-specialized backward's dK/dV going non-finite, run after run.
 usage: python3 probe.py CASE...
-env: WS='{"num_stages": 3}' patches the ws config; VARIANT=ptr|early swaps in .lab/nan/ws_race_variants.py's
+env: WS='{"num_stages": 3}' patches the ws config; SENTINEL=-7776 fills dK/dV with that value before the kernel; VARIANT=ptr|early swaps in .lab/nan/ws_race_variants.py's
 dK/dV kernel; REPS (default 1) backward runs of the ws path per case.
 Per case: the Triton backward (a config override) once, then REPS ws backwards of one forward;
 for each of dq/dk/dv, the runs with non-finite entries and the runs not bitwise equal to the
@@ -30,10 +30,21 @@ if os.environ.get("VARIANT"):
     launch.attn_bwd_dkdv_ws = VARIANTS[os.environ["VARIANT"]]
     print("dK/dV kernel:", os.environ["VARIANT"], flush=True)
 REPS = int(os.environ.get("REPS", "1"))
+# SENTINEL=-7776: dK/dV start as this value instead of torch.empty's leftovers, so an entry the
+# kernel never wrote is told apart from one it computed wrong.
+SENT = float(os.environ["SENTINEL"]) if os.environ.get("SENTINEL") else None
+if SENT is not None:
+    def _dkdv_sentinel(spec, geo, q, k, v, dout, lse, delta, softmax_scale):
+        dk, dv = torch.full_like(k, SENT), torch.full_like(v, SENT)
+        launch._ws_launch(spec, geo, geo.heads_k, geo.seqlen_k, [q, k, v, dout, lse, delta, dk, dv], softmax_scale)
+        return dk, dv
+    launch.TILE_BACKWARDS = tuple((kind, ok, _dkdv_sentinel if f is launch.backward_ws_dkdv else f, g)
+                                  for kind, ok, f, g in launch.TILE_BACKWARDS)
+    print("dK/dV start as", SENT, flush=True)
 
 
 def where_bad(x, name):
-    bad = ~torch.isfinite(x)
+    bad = ~torch.isfinite(x) | ((x == SENT) if SENT is not None else False)
     b, s, h, d = x.shape
     rows = bad.any(dim=(2, 3))                         # (b, s)
     r = rows.nonzero()[:, 1]
@@ -57,18 +68,25 @@ def run(name):
     del out
     out = mha.flash_attn_func(q, k, v, causal=causal)
     nonfinite, differ, first = [0, 0, 0], [0, 0, 0], None
+    kinds = {"unwritten": [0, 0, 0], "nan": [0, 0, 0], "inf": [0, 0, 0], "wrong finite": [0, 0, 0]}  # entries, all runs
     for rep in range(REPS):
         got = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
         torch.cuda.synchronize()
         for i, (g, r) in enumerate(zip(got, ref)):
-            bad = not bool(torch.isfinite(g).all())
+            bad = not bool(torch.isfinite(g).all()) or (SENT is not None and bool((g == SENT).any()))
             nonfinite[i] += bad
             differ[i] += not torch.equal(g, r)
+            unwritten = (g == SENT) if SENT is not None else torch.zeros_like(g, dtype=torch.bool)
+            kinds["unwritten"][i] += int(unwritten.sum())
+            kinds["nan"][i] += int(torch.isnan(g).sum())
+            kinds["inf"][i] += int(torch.isinf(g).sum())
+            kinds["wrong finite"][i] += int((torch.isfinite(g) & ~unwritten & (g != r)).sum())
             if bad and first is None:
                 first = where_bad(g, ("dq", "dk", "dv")[i])
         del got
     print(f"== {name} b{b} s{s} hq{hq} hk{hk} causal={causal}: {REPS} ws runs ({time.time() - t:.1f} s): "
           f"non-finite dq/dk/dv {nonfinite}, not bitwise the Triton result dq/dk/dv {differ}", flush=True)
+    print("   entries over all runs, dq/dk/dv:", "; ".join(f"{k} {v}" for k, v in kinds.items()), flush=True)
     if first:
         print("   first bad:", first, flush=True)
     del q, k, v, dout, out, ref
