@@ -33,7 +33,7 @@ for s in ${STEPS:-nan}; do
   ws3)   TAIL=40 step ws3 $left env WS='{"num_stages": 3}' python3 $ROOT/.lab/nan/ws_race_probe.py ${WSCASES:-s64k_c} ;;
   wsm64) TAIL=40 step wsm64 $left env WS='{"BLOCK_M1": 64}' python3 $ROOT/.lab/nan/ws_race_probe.py ${WSCASES:-s64k_c} ;;
   matrix) TAIL=60 step matrix $left bash $ROOT/.lab/nan/matrix.sh ;;
-  fwd)   TAIL=30 step fwd $left bash -c "REPS=10 python3 $ROOT/.lab/nan/ws_fwd_probe.py s64k b4_s4k b8_s8k b2_s32k; STAGES=3 REPS=10 python3 $ROOT/.lab/nan/ws_fwd_probe.py s64k b8_s8k" ;;
+  fwd)   TAIL=30 step fwd $left bash -c "REPS=${FR:-10} python3 $ROOT/.lab/nan/ws_fwd_probe.py s64k b4_s4k b8_s8k b2_s32k; STAGES=3 REPS=${FR:-10} python3 $ROOT/.lab/nan/ws_fwd_probe.py s64k b8_s8k" ;;
   big)   TAIL=20 step big$n $left python3 -m pytest -q -p no:cacheprovider -rfs tests/mha/test_large_gpu.py ;;
   wsq)   TAIL=20 step wsq$n $left python3 -m pytest -q -p no:cacheprovider -rfs tests/mha/test_backward_ws.py ;;
   refresh) TAIL=30 step refresh $left python3 -m mha_ci run --executor host --pins record --job refresh-sm90-$TC --out /tmp/r/refresh
