@@ -14,6 +14,19 @@ if not HAS_CUDA:
 BF16_ON_CPU = "the Triton interpreter cannot do bf16 (tl.dot multiplies bit patterns, docs/facts.md)"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def unwritten_entries_read_as_nan():
+    """Every tensor torch.empty makes during the kernel tests starts as NaN (integers: their
+    largest value; torch's fill_uninitialized_memory, on while deterministic algorithms are).
+    So an output entry that a kernel never writes reads as NaN and fails the comparison, instead
+    of holding whatever the caching allocator left there, which after a first identical run is
+    that run's right answer. warn_only: torch ops without a deterministic form still run."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    assert torch.utils.deterministic.fill_uninitialized_memory
+    yield
+    torch.use_deterministic_algorithms(False)
+
+
 @pytest.fixture(scope="session")
 def device():
     return "cuda" if HAS_CUDA else "cpu"
