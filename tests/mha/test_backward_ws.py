@@ -182,4 +182,3 @@ def test_a_strided_input_runs_the_triton_backward_and_a_strided_dout_is_copied(d
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_two_backwards_are_bitwise_identical(deterministic, device, runs_ws, launched):
     check_two_backwards_identical(device, 128, deterministic, launched, WS_BACKWARD)
-
