@@ -26,6 +26,7 @@ Why each setting:
 """
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import contextlib
 import hashlib
@@ -114,14 +115,27 @@ class CompileResult:
 
 
 # --------------------------------------------------------------------------- environment
+TEMP_CACHE_PREFIX = "mha-ci-triton-cache-"
+
+
 def prepare_environment(targets, triton_cache: str | None = None) -> dict:
     """Set the variables above before Triton reads them; returns what was chosen (provenance)."""
     os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
-    os.environ["TRITON_CACHE_DIR"] = triton_cache or tempfile.mkdtemp(prefix="mha-ci-triton-cache-")
+    os.environ["TRITON_CACHE_DIR"] = triton_cache or temporary_triton_cache()
     chosen = {"TRITON_DISABLE_LINE_INFO": "1"}
     if any(t.backend == "hip" for t in targets) and amd_needs_external_linker():
         chosen["TRITON_HIP_LLD_PATH"] = ensure_lld()
     return chosen
+
+
+def temporary_triton_cache() -> str:
+    """A fresh Triton cache folder, removed when this process exits on any path (an early return,
+    an exception, the determinism check's fresh processes): hundreds of compiles a run otherwise
+    leave hundreds of megabytes in /tmp. Forked compile workers end with os._exit, which runs no
+    exit handlers, so only the process that made the folder removes it."""
+    path = tempfile.mkdtemp(prefix=TEMP_CACHE_PREFIX)
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def amd_needs_external_linker() -> bool:
@@ -318,7 +332,7 @@ def compile_all(tasks: list[CompileTask], jobs: int, progress=None) -> list[Comp
                 progress(out[-1])
         return out
 
-    cache_root = os.environ.get("TRITON_CACHE_DIR") or tempfile.mkdtemp(prefix="mha-ci-triton-cache-")
+    cache_root = os.environ.get("TRITON_CACHE_DIR") or temporary_triton_cache()
     Path(cache_root).mkdir(parents=True, exist_ok=True)
     results: dict[str, CompileResult] = {}
     # Longest first would need estimates; backward kernels are the slow ones, so start them early.
@@ -340,5 +354,5 @@ def compile_all(tasks: list[CompileTask], jobs: int, progress=None) -> list[Comp
 
 def cleanup_triton_cache() -> None:
     path = os.environ.get("TRITON_CACHE_DIR", "")
-    if Path(path).name.startswith("mha-ci-triton-cache-"):
+    if Path(path).name.startswith(TEMP_CACHE_PREFIX):
         shutil.rmtree(path, ignore_errors=True)
