@@ -10,36 +10,30 @@ import pytest
 import torch
 
 import mha
+from mha import bench
 
 RUNS = 25
-# b2 s8192 hq 32:8 d128: 64 query tiles x 64 (batch, head) slices, about 31 waves of 132 SMs.
-SHAPE = (2, 8192, 32, 8, 128)
+# b2 hq 32:8 s8192 d128: 64 query tiles x 64 (batch, head) slices, about 31 waves of 132 SMs.
+SHAPE = (2, 32, 8, 8192, 128, 128)
 
 
-def _inputs():
-    b, s, hq, hk, d = SHAPE
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    mk = lambda h: torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)  # noqa: E731
-    q, k, v = mk(hq), mk(hk), mk(hk)
-    return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), torch.randn_like(q)
+def _run(q, k, v, do, causal):
+    out, lse = mha.flash_attn_func(q, k, v, causal=causal, return_lse=True)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), do)
+    return {"out": out.detach(), "lse": lse, "dq": dq, "dk": dk, "dv": dv}
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True], ids=["noncausal", "causal"])
 def test_many_runs_give_the_same_finite_bits(causal, launched):
-    q, k, v, do = _inputs()
-    first = None
-    for run in range(RUNS):
-        out, lse = mha.flash_attn_func(q, k, v, causal=causal, return_lse=True)
-        grads = torch.autograd.grad(out, (q, k, v), do)
-        results = {"out": out.detach(), "lse": lse, "dq": grads[0], "dk": grads[1], "dv": grads[2]}
-        if first is None:
-            first = results
-            kernels = sorted(set(launched))
-            for name, t in results.items():
-                bad = int((~torch.isfinite(t)).sum())
-                assert bad == 0, f"{name}: {bad} non-finite entries in run 0 (kernels {kernels})"
-            continue
-        for name, t in results.items():
+    q, k, v = bench._inputs((*SHAPE, causal), requires_grad=True)
+    do = torch.randn_like(q)
+    first = _run(q, k, v, do, causal)
+    kernels = sorted(set(launched))
+    for name, t in first.items():
+        bad = int((~torch.isfinite(t)).sum())
+        assert bad == 0, f"{name}: {bad} non-finite entries in run 0 (kernels {kernels})"
+    for run in range(1, RUNS):
+        for name, t in _run(q, k, v, do, causal).items():
             differ = int((t != first[name]).sum())
             assert differ == 0, f"{name}: run {run} differs from run 0 in {differ} entries (kernels {kernels})"

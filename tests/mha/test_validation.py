@@ -209,11 +209,12 @@ def test_large_base_offsets_are_64bit(device):
     torch.manual_seed(0)
     # Not filled (conftest's unwritten_entries_read_as_nan), or the 8 GiB would be written; the
     # outputs below start as NaN again.
+    filling = torch.utils.deterministic.fill_uninitialized_memory
     torch.utils.deterministic.fill_uninitialized_memory = False
     try:
         buf = torch.empty(2 * 2**30 + 4096, dtype=torch.float32)
     finally:
-        torch.utils.deterministic.fill_uninitialized_memory = True
+        torch.utils.deterministic.fill_uninitialized_memory = filling
     views = [buf.as_strided((3, 16, 1, 16), (2**30, 16, 16, 1), storage_offset=i * 256) for i in range(3)]
     src = [torch.randn(3, 16, 1, 16) for _ in range(3)]
     for view, x in zip(views, src):

@@ -115,9 +115,6 @@ class CompileResult:
 
 
 # --------------------------------------------------------------------------- environment
-TEMP_CACHE_PREFIX = "mha-ci-triton-cache-"
-
-
 def prepare_environment(targets, triton_cache: str | None = None) -> dict:
     """Set the variables above before Triton reads them; returns what was chosen (provenance)."""
     os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
@@ -133,7 +130,7 @@ def temporary_triton_cache() -> str:
     an exception, the determinism check's fresh processes): hundreds of compiles a run otherwise
     leave hundreds of megabytes in /tmp. Forked compile workers end with os._exit, which runs no
     exit handlers, so only the process that made the folder removes it."""
-    path = tempfile.mkdtemp(prefix=TEMP_CACHE_PREFIX)
+    path = tempfile.mkdtemp(prefix="mha-ci-triton-cache-")
     atexit.register(shutil.rmtree, path, True)
     return path
 
@@ -350,9 +347,3 @@ def compile_all(tasks: list[CompileTask], jobs: int, progress=None) -> list[Comp
             if progress:
                 progress(result)
     return [results[t.key] for t in tasks]
-
-
-def cleanup_triton_cache() -> None:
-    path = os.environ.get("TRITON_CACHE_DIR", "")
-    if Path(path).name.startswith(TEMP_CACHE_PREFIX):
-        shutil.rmtree(path, ignore_errors=True)

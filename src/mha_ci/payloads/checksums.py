@@ -60,7 +60,7 @@ os.environ["TRITON_DISABLE_LINE_INFO"] = "1"   # before anything imports triton 
 
 from mha_ci.checksums.cache import CompileCache, cache_key, module_sources_digest
 from mha_ci.files import tree_digest
-from mha_ci.checksums.compile import (CompileTarget, ToolchainEnvironmentError, cleanup_triton_cache, compile_all,
+from mha_ci.checksums.compile import (CompileTarget, ToolchainEnvironmentError, compile_all,
                                       compile_task, prepare_environment)
 from mha_ci.checksums.records import CodeObjectFile, CodeObjectRecord, RecordFileError, dump, error_summary, load
 from mha_ci.checksums.slices import Slice, parse as parse_slice
@@ -229,7 +229,6 @@ def _compute(args, cache: CompileCache) -> int:
              "total_s": round(time.monotonic() - started, 2)}
     dump(CodeObjectFile(toolchain, tuple(records), determinism, tuple(errors), stats, tuple(refused), cache_check),
          out_path(args.out))
-    cleanup_triton_cache()
     _log(f"{len(records)} records, {len(errors)} compile errors, {len(refused)} refused over the shared memory "
          f"limit, wrote {out_path(args.out)} ({stats['total_s']:.1f} s: {stats['cached']} cached, "
          f"{stats['compiled']} compiled, {stats['rechecked']} cached compiled again)")

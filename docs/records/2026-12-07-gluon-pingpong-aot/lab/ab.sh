@@ -40,7 +40,10 @@ for s in ${STEPS:-nan}; do
          git diff --stat | tee -a $L
          TAIL=60 step pp $left bash -c "timeout 240 python3 -m pytest -q -p no:cacheprovider -rfs tests/mha/test_forward_gluon.py; timeout 400 python3 $ROOT/.lab/gluon_pp.py ${PPR:-5}" ;;
   ppab)  git diff --quiet && { echo "ppab: no change applied (run pp first): not measured" | tee -a $L; continue; }
-         TAIL=40 step ppab $left python3 -m mha_ci perf measure --executor host --pins record --arch sm90 --toolchain $TC --subset full            --shape 'dense_*_sq8192_*_dqk128_dv128_c?' --shape 'dense_b32_*_dqk128_dv128_c1' --shape 'dense_b8_*_dqk128_dv128_c?'            --shape 'varlen_b1_hq64_hk8_*_dqk128_dv128_c?' --shape 'dense_b64_hq64_hk8_sq1_sk8192_*' --shape 'dense_b8_hq48_hk8_*_dqk64_dv64_c1'            --against HEAD --out /tmp/r/ppab ;;
+         TAIL=40 step ppab $left python3 -m mha_ci perf measure --executor host --pins record --arch sm90 --toolchain $TC --subset full \
+           --shape 'dense_*_sq8192_*_dqk128_dv128_c?' --shape 'dense_b32_*_dqk128_dv128_c1' --shape 'dense_b8_*_dqk128_dv128_c?' \
+           --shape 'varlen_b1_hq64_hk8_*_dqk128_dv128_c?' --shape 'dense_b64_hq64_hk8_sq1_sk8192_*' --shape 'dense_b8_hq48_hk8_*_dqk64_dv64_c1' \
+           --against HEAD --out /tmp/r/ppab ;;
   ctl)   TAIL=60 step ctl $left bash $ROOT/.lab/nan/ctl.sh ;;
   fwdn)  TAIL=20 step fwdn $left bash $ROOT/.lab/nan/fwdn.sh ;;
   matrix) TAIL=60 step matrix $left bash $ROOT/.lab/nan/matrix.sh ;;
