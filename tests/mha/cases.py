@@ -22,6 +22,7 @@ class Case:
     window: tuple = (-1, -1)
     sink: bool = False
     dropout_p: float = 0.0
+    softmax_scale: float | None = None      # None: the API's default, 1/sqrt(dqk)
 
 
 # The sm90 Gluon kernels' GPU cases (tests/mha/test_forward_gluon.py, test_backward_gluon.py):
@@ -37,6 +38,14 @@ GLUON_CASES = {
 # GQA 8 (eight query heads through each key tile's ring).
 GLUON_PE_CASES = {name: dataclasses.replace(case, dqk=192) for name, case in GLUON_CASES.items()} | {
     "causal_gqa8": Case(1, 1024, 1024, 8, 1, 192, 128, causal=True)}
+# softmax_scale is any finite number. A kernel that scales the scores after their row max gets a
+# negative scale wrong (the max of the scaled row is the min of the raw one), and one that scales
+# after the mask gets 0 wrong (0 times a masked -inf is NaN). Lengths the Gluon kernels take.
+SCALE_CASES = {
+    "causal_negative": Case(1, 256, 256, 2, 1, 128, 128, causal=True, softmax_scale=-0.1),
+    "plain_negative": Case(1, 256, 256, 2, 1, 128, 128, softmax_scale=-0.1),
+    "causal_zero": Case(1, 256, 256, 2, 1, 128, 128, causal=True, softmax_scale=0.0),
+}
 GLUON_FALLBACK_CASES = {
     "sq200": Case(1, 200, 256, 2, 1, 128, 128, causal=True),             # Sq not a multiple of 128
     "sk300": Case(1, 256, 300, 2, 1, 128, 128),                          # Sk not a multiple of 128
@@ -77,9 +86,9 @@ def run_dense(case: Case, dtype, device, backward=True, seed=0, config=None, ref
     inputs = [place("q", q), place("k", k), place("v", v)] + ([place("sink", sink)] if case.sink else [])
     out, lse = mha.flash_attn_func(*inputs[:3], dropout_p=case.dropout_p, causal=case.causal,
                                    window_size=case.window, sink=inputs[3] if case.sink else None,
-                                   return_lse=True, config=config)
+                                   return_lse=True, config=config, softmax_scale=case.softmax_scale)
     kw = dict(causal=case.causal, window=case.window if ref_window is None else ref_window,
-              dropout_p=case.dropout_p, keep_mask=keep)
+              dropout_p=case.dropout_p, keep_mask=keep, softmax_scale=case.softmax_scale)
     refs = {}
     for name, cdt in (("ref", torch.float64), ("lowp", dtype)):
         leaves = [_leaf(t) for t in ([q, k, v] + ([sink] if case.sink else []))]

@@ -103,6 +103,14 @@ def test_varlen_matches_dense_per_sequence(device):
     assert torch.equal(dense[0], packed)
 
 
+@pytest.mark.parametrize("scale", [-0.3, 0.0], ids=["negative", "zero"])
+@pytest.mark.parametrize("causal", [False, True], ids=["plain", "causal"])
+def test_a_scale_that_is_not_positive(scale, causal, device):
+    """softmax_scale is any finite number (mha.validation): a negative one, and 0 beside masked
+    keys, forward and backward against the reference."""
+    run_dense(Case(1, 40, 40, 2, 1, 32, 32, causal=causal, softmax_scale=scale), torch.float32, device)
+
+
 def test_softmax_scale_and_noncontiguous_inputs(device):
     """An explicit softmax_scale, and q/k/v that are strided views (last dim contiguous)."""
     gen = torch.Generator().manual_seed(4)

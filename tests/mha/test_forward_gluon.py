@@ -10,7 +10,7 @@ import torch
 import mha
 from mha import config as config_mod
 from mha import guards, launch
-from cases import GLUON_CASES, GLUON_FALLBACK_CASES, run_dense
+from cases import GLUON_CASES, GLUON_FALLBACK_CASES, SCALE_CASES, run_dense
 from checks import dtype_param
 from conftest import HAS_CUDA
 
@@ -108,6 +108,15 @@ needs_gluon = pytest.mark.skipif(HAS_CUDA and not SELECTED_HERE,
 @pytest.mark.parametrize("case", GLUON_CASES.values(), ids=GLUON_CASES.keys())
 def test_results(case, dtype, device, launched):
     run_dense(case, dtype, device)
+    assert launched[0] == "fwd_gluon"
+
+
+@pytest.mark.gpu
+@needs_gluon
+@pytest.mark.parametrize("case", SCALE_CASES.values(), ids=SCALE_CASES.keys())
+def test_scales_that_are_not_positive(case, device, launched):
+    """Forward and backward against the reference; the Gluon kernels serve these problems."""
+    run_dense(case, torch.bfloat16, device)
     assert launched[0] == "fwd_gluon"
 
 
