@@ -180,6 +180,13 @@ def gluon_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return q.is_cuda and _tile_inputs_ok(q, k, v, causal)
 
 
+def gluon_scale_ok(spec: KernelSpec, softmax_scale: float) -> bool:
+    """Whether the Gluon forward `spec` takes this softmax_scale. With FOLD_SCALE it takes each
+    row's max on the unscaled scores (mha.kernels.forward_gluon), the scaled row's max only for a
+    positive scale; softmax_scale may be any finite number, and the Triton forward takes the rest."""
+    return softmax_scale > 0 or not spec.constexprs.get("FOLD_SCALE", False)
+
+
 def _tile_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
     """Contiguous, TMA-readable, lengths the 128-row tile kernels take, and the query tiles' grid
     within CUDA's limits."""
@@ -500,8 +507,9 @@ def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
 def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_scale: float,
             window: tuple[int, int], dropout_p: float, rng: tuple[int, int], gluon: KernelSpec | None = None):
     """(out, lse). `gluon`: kernel_specs' "fwd_gluon", run instead of `spec` where the inputs
-    allow it (gluon_inputs_ok); `spec` runs the others."""
-    if gluon is not None and gluon_inputs_ok(q, k, v, gluon.constexprs["CAUSAL"]):
+    allow it (gluon_inputs_ok, gluon_scale_ok); `spec` runs the others."""
+    if (gluon is not None and gluon_inputs_ok(q, k, v, gluon.constexprs["CAUSAL"])
+            and gluon_scale_ok(gluon, softmax_scale)):
         return forward_gluon(gluon, geo, q, k, v, softmax_scale)
     if geo.varlen:
         out = torch.empty((q.shape[0], geo.heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)

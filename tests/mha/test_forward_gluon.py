@@ -4,6 +4,8 @@ reference (through the public API, so the backward runs on its out and lse).
 
 The kernel is Gluon, which the interpreter cannot run: on the CPU only the selection is tested
 here; the code-object records (the checksums job) compile it for sm90 without a GPU."""
+import types
+
 import pytest
 import torch
 
@@ -66,8 +68,17 @@ def test_the_gluon_spec():
     assert spec.signature["k_desc"].startswith(f"tensordesc<fp16[{GLUON_CONFIG['BLOCK_N']},128]")
     assert spec.constexprs["CAUSAL"] is True and spec.constexprs["STAGES"] == GLUON_CONFIG["num_stages"]
     assert spec.options == {"maxnreg": 168} and spec.num_warps == 4
+    assert spec.constexprs["PINGPONG"] is True and spec.constexprs["FOLD_SCALE"] is True
     assert set(launch.aligned_specialization(spec).items()) >= {("Lse", "aligned16"), ("q_desc", "none"),
                                                               ("seqlen_q", "none"), ("group", "none")}
+
+
+@pytest.mark.parametrize("fold, taken", [(True, {0.125: True, 1e-30: True, 0.0: False, -0.125: False}),
+                                         (False, {0.125: True, 1e-30: True, 0.0: True, -0.125: True})])
+def test_the_folded_scale_takes_positive_scales_only(fold, taken):
+    """The Triton forward takes the other scales (on the GPU: test_scales_that_are_not_positive)."""
+    spec = types.SimpleNamespace(constexprs={"CAUSAL": True, "FOLD_SCALE": fold})
+    assert {scale: launch.gluon_scale_ok(spec, scale) for scale in taken} == taken
 
 
 def test_an_override_of_the_forward_configures_the_triton_kernel(monkeypatch):
@@ -115,9 +126,12 @@ def test_results(case, dtype, device, launched):
 @needs_gluon
 @pytest.mark.parametrize("case", SCALE_CASES.values(), ids=SCALE_CASES.keys())
 def test_scales_that_are_not_positive(case, device, launched):
-    """Forward and backward against the reference; the Gluon kernels serve these problems."""
+    """Forward and backward against the reference. The Gluon backward serves these problems;
+    the Triton forward does where the Gluon one folds the scale into its exponent."""
     run_dense(case, torch.bfloat16, device)
-    assert launched[0] == "fwd_gluon"
+    spec = launch.kernel_specs(launch.Problem("bf16", case.dqk, case.dv, causal=case.causal), "sm90")["fwd_gluon"]
+    assert launched[0] == ("fwd_gluon" if launch.gluon_scale_ok(spec, case.softmax_scale) else "fwd")
+    assert "bwd_dkdv_gluon" in launched
 
 
 @pytest.mark.gpu

@@ -14,7 +14,9 @@ One program = one 128-row query tile of one (batch, query head), three partition
   guarded by a "ready" mbarrier (TMA byte count) and an "empty" one (one arrive per consumer).
   K and V have their own rings, so QK^T of a block starts before its V has landed.
 Consumers issue async wgmma: S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back, then the
-softmax of block j runs while the PV of block j-1 is still in flight. P stays in registers (the
+softmax of block j runs while the PV of block j-1 is still in flight, and the two consumers take
+turns to issue (PINGPONG), so one group's GEMMs fill the tensor cores while the other's softmax
+runs. P stays in registers (the
 A operand of the PV wgmma). Causal blocks wholly left of the diagonal run without a mask; only
 the blocks that cross it are masked; blocks right of it are never loaded. The epilogue writes O
 through the consumer's Q slot and a TMA store, lse (natural log) with a plain store.
@@ -25,7 +27,8 @@ tiles) with the longest tiles first (mha.launch.tile_grid).
 What the host side must guarantee (mha.launch.gluon_inputs_ok checks it before every launch):
 q (B, Sq, Hq, D), k/v (B, Sk, Hk, D) contiguous fp16/bf16, D in {64, 128}, Hq % Hk == 0, Sq and
 Sk positive multiples of 128 (descriptors see the tensors as (B*S, H*D) matrices, so a tile must
-not straddle two batches), and for causal Sk >= Sq (every row sees a key).
+not straddle two batches), and for causal Sk >= Sq (every row sees a key). With FOLD_SCALE, a
+positive softmax scale (mha.launch.gluon_scale_ok).
 """
 import torch
 from triton.experimental import gluon
@@ -45,6 +48,15 @@ from ..config import GLUON_TILE_ROWS as BLOCK_M   # the config file's check and 
 # multiples of 128 here, which the JIT would otherwise specialize on.
 DO_NOT_SPECIALIZE = ("seqlen_q", "seqlen_k", "num_heads_q", "group")
 NUM_CONSUMERS = 2
+# Ping-pong: the two consumer warpgroups take turns to issue their wgmma pair (QK^T of block j, PV
+# of block j-1), so one group's GEMMs run while the other works through its softmax (FA3's
+# inter-warpgroup schedule). Turns pass through two count-1 mbarriers, one per group.
+PINGPONG = True
+# The softmax scale folded into the exponent: the row max is taken on the raw scores and scaled
+# once per row, and exp2(s * scale - m) is one FFMA per score instead of an FMUL and an FADD.
+# That max is the scaled row's only for a positive scale, and 0 times a masked -inf is NaN: the
+# launch sends other scales to the Triton forward.
+FOLD_SCALE = True
 # Registers: 2 consumer warpgroups + the loader's warpgroup share the 64K register file, so the
 # launch bound is 65536 / (3 * 128) rounded down to 8; setmaxnreg then moves registers from the
 # loader (24) to the consumers (240): 2 * 128 * 240 + 128 * 24 = 64512.
@@ -81,9 +93,10 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_em
 # ----------------------------------------------------------------------------- consumer partition
 @gluon.jit
 def _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m_i, l_i, qk_scale,
-          rows, cols0, diag_off,
+          rows, cols0, diag_off, turn_mine, turn_other,
           MASK: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
-          s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+          s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+          PINGPONG: gl.constexpr, FIRST: gl.constexpr, FOLD: gl.constexpr):
     """Key block j: S_j = Q K_j^T, O += P_{j-1} V_{j-1}, softmax of S_j overlapping that PV."""
     ROWS: gl.constexpr = q.shape[0]
     st = j % STAGES
@@ -93,21 +106,33 @@ def _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m
     pph = (pj // STAGES) & 1
 
     mbarrier.wait(k_ready.index(st), ph)
+    if PINGPONG:
+        # Turn k = j - 1 of this group: the first group's turn 0 passes at once (a fresh barrier's
+        # phase "-1" is complete), every later turn waits for the other group's previous issue.
+        mbarrier.wait(turn_mine, ((j - 1) & 1) ^ FIRST)
     zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
     s_tok = warpgroup_mma(q, k_smem.index(st).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     mbarrier.wait(v_ready.index(pst), pph)
     acc_tok = warpgroup_mma(p_op, v_smem.index(pst), acc, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(turn_other, count=1)
     # wgmma groups retire in order: with one left outstanding, S_j is done, PV_{j-1} may run on.
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
     mbarrier.arrive(k_empty.index(st), count=1)
 
-    s = s * qk_scale
+    if not FOLD:
+        s = s * qk_scale
     if MASK:
         keep = (j * BLOCK_N + cols0)[None, :] <= (rows + diag_off)[:, None]
         s = gl.where(keep, s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    if FOLD:
+        # qk_scale > 0 (FOLD_SCALE above), so max(s) * qk_scale is the max of the scaled row.
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+        p = gl.exp2(s * qk_scale - m_new[:, None])
+    else:
+        m_new = gl.maximum(m_i, gl.max(s, axis=1))
+        p = gl.exp2(s - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + gl.sum(p, axis=1)
     p_new = gl.convert_layout(p.to(q.dtype), p_layout)
 
@@ -121,9 +146,9 @@ def _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m
 
 @gluon.jit
 def _consumer(CID: gl.constexpr, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Lse,
-              qk_scale, q_row, q_col, lse_off, m0, diag_off, n_full, n_total,
+              qk_scale, q_row, q_col, lse_off, m0, diag_off, n_full, n_total, turn,
               ROWS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              CAUSAL: gl.constexpr):
+              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr):
     NW: gl.constexpr = gl.num_warps()
     # wgmma accumulator layouts: m16 x n x k16 (16-bit inputs), warps stacked along rows.
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
@@ -136,6 +161,8 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
 
     q = q_smem.index(CID)
+    turn_mine = turn.index(CID)
+    turn_other = turn.index(1 - CID)
     rows = m0 + CID * ROWS + gl.arange(0, ROWS, layout=row_layout)   # query positions
     cols0 = gl.arange(0, BLOCK_N, layout=col_layout)
 
@@ -147,11 +174,16 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
     s_tok = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
     mbarrier.arrive(k_empty.index(0), count=1)
-    s = s * qk_scale
+    if not FOLD:
+        s = s * qk_scale
     if CAUSAL:
         s = gl.where(cols0[None, :] <= (rows + diag_off)[:, None], s, float("-inf"))
-    m_i = gl.max(s, axis=1)
-    p = gl.exp2(s - m_i[:, None])
+    if FOLD:
+        m_i = gl.max(s, axis=1) * qk_scale
+        p = gl.exp2(s * qk_scale - m_i[:, None])
+    else:
+        m_i = gl.max(s, axis=1)
+        p = gl.exp2(s - m_i[:, None])
     l_i = gl.sum(p, axis=1)
     p_op = gl.convert_layout(p.to(q.dtype), p_layout)
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
@@ -159,14 +191,14 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
     # Off-band blocks: no mask.
     for j in range(1, n_full):
         acc, p_op, m_i, l_i = _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m_i, l_i,
-                                    qk_scale, rows, cols0, diag_off, False, STAGES, BLOCK_N, s_layout, o_layout,
-                                    p_layout)
+                                    qk_scale, rows, cols0, diag_off, turn_mine, turn_other, False, STAGES, BLOCK_N,
+                                    s_layout, o_layout, p_layout, PINGPONG, 1 - CID, FOLD)
     if CAUSAL:
         # Diagonal blocks: masked.
         for j in range(gl.maximum(n_full, 1), n_total):
             acc, p_op, m_i, l_i = _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m_i,
-                                        l_i, qk_scale, rows, cols0, diag_off, True, STAGES, BLOCK_N, s_layout,
-                                        o_layout, p_layout)
+                                        l_i, qk_scale, rows, cols0, diag_off, turn_mine, turn_other, True, STAGES,
+                                        BLOCK_N, s_layout, o_layout, p_layout, PINGPONG, 1 - CID, FOLD)
 
     # Last PV.
     last = n_total - 1
@@ -194,7 +226,7 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
 def attn_fwd_gluon(q_desc, k_desc, v_desc, o_desc, Lse, qk_scale, seqlen_q, seqlen_k, num_heads_q, group,
                     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                     CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr, LOADER_REGS: gl.constexpr,
-                    CONSUMER_REGS: gl.constexpr):
+                    CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr, FOLD_SCALE: gl.constexpr):
     ROWS: gl.constexpr = BLOCK_M // NUM_CONSUMERS
     dtype: gl.constexpr = q_desc.dtype
     if CAUSAL:
@@ -234,7 +266,10 @@ def attn_fwd_gluon(q_desc, k_desc, v_desc, o_desc, Lse, qk_scale, seqlen_q, seql
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
+    for c in gl.static_range(NUM_CONSUMERS):
+        mbarrier.init(turn.index(c), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
@@ -247,11 +282,11 @@ def attn_fwd_gluon(q_desc, k_desc, v_desc, o_desc, Lse, qk_scale, seqlen_q, seql
     # constexprs turned into int32 scalars (Triton 3.8 assignment semantics).
     gl.warp_specialize([
         (_consumer, (0, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Lse, qk_scale,
-                     q_row, q_col, lse_off, m0, diag_off, n_full, n_total, ROWS, HEAD_DIM, BLOCK_N, STAGES,
-                     CAUSAL)),
+                     q_row, q_col, lse_off, m0, diag_off, n_full, n_total, turn, ROWS, HEAD_DIM, BLOCK_N,
+                     STAGES, CAUSAL, PINGPONG, FOLD_SCALE)),
         (_consumer, (1, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Lse, qk_scale,
-                     q_row, q_col, lse_off, m0, diag_off, n_full, n_total, ROWS, HEAD_DIM, BLOCK_N, STAGES,
-                     CAUSAL)),
+                     q_row, q_col, lse_off, m0, diag_off, n_full, n_total, turn, ROWS, HEAD_DIM, BLOCK_N,
+                     STAGES, CAUSAL, PINGPONG, FOLD_SCALE)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
                    q_row, q_col, kv_row, kv_col, n_total, NUM_CONSUMERS, ROWS, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
@@ -291,7 +326,8 @@ def signature_types(dtype: str, head_dim: int, block_n: int) -> dict:
 
 def constexprs(head_dim: int, block_n: int, stages: int, causal: bool) -> dict:
     return {"HEAD_DIM": head_dim, "BLOCK_M": BLOCK_M, "BLOCK_N": block_n, "STAGES": stages, "CAUSAL": causal,
-            "NUM_CONSUMERS": NUM_CONSUMERS, "LOADER_REGS": LOADER_REGS, "CONSUMER_REGS": CONSUMER_REGS}
+            "NUM_CONSUMERS": NUM_CONSUMERS, "LOADER_REGS": LOADER_REGS, "CONSUMER_REGS": CONSUMER_REGS,
+            "PINGPONG": PINGPONG, "FOLD_SCALE": FOLD_SCALE}
 
 
 def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, dtype: str, block_n: int):
