@@ -184,7 +184,7 @@ def gluon_scale_ok(spec: KernelSpec, softmax_scale: float) -> bool:
     """Whether the Gluon forward `spec` takes this softmax_scale. With FOLD_SCALE it takes each
     row's max on the unscaled scores (mha.kernels.forward_gluon), the scaled row's max only for a
     positive scale; softmax_scale may be any finite number, and the Triton forward takes the rest."""
-    return softmax_scale > 0 or not spec.constexprs.get("FOLD_SCALE", False)
+    return softmax_scale > 0 or not spec.constexprs["FOLD_SCALE"]
 
 
 def _tile_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
