@@ -61,7 +61,8 @@ GLUON_SHAPE = {
 # The `pe` bucket's Gluon backward is the dK/dV kernel alone (mha.kernels.backward_gluon_pe), for
 # Dqk 192 / Dv 128; dQ runs the Triton kernel with the bucket's own BLOCK_M2/BLOCK_N2. Its config
 # holds the dK/dV keys only; its consumers hold dK in two parts, so query blocks are 32 rows (64
-# spills: docs/configs.md). No Gluon forward serves the bucket.
+# spills: docs/configs.md). Its Gluon forward is mha.kernels.forward_gluon with the q/k head dim
+# in two parts, shaped as every Gluon forward (GLUON_SHAPE).
 GLUON_PE = "pe"
 GLUON_PE_DIMS = (192, 128)
 GLUON_PE_SHAPE = {"BLOCK_M1": (32,), "BLOCK_N1": (GLUON_TILE_ROWS,), "num_warps": (4,), "num_stages": (2, 3)}
@@ -169,10 +170,9 @@ def _check_unmasked(cfg, pass_: str, where: str) -> None:
 
 
 def _check_gluon(cfg, pass_: str, bucket: str, where: str) -> None:
-    if bucket == GLUON_PE and pass_ == "forward":
-        raise ConfigFileError(f"{where}: no Gluon forward serves the {GLUON_PE!r} bucket")
-    shape = GLUON_PE_SHAPE if bucket == GLUON_PE else GLUON_SHAPE[pass_]
-    keys = (*(shape if bucket == GLUON_PE else REQUIRED_KEYS[pass_]), "triton")
+    pe_backward = bucket == GLUON_PE and pass_ == "backward"
+    shape = GLUON_PE_SHAPE if pe_backward else GLUON_SHAPE[pass_]
+    keys = (*(shape if pe_backward else REQUIRED_KEYS[pass_]), "triton")
     _check_shaped(cfg, where, keys, shape, f"the Gluon {pass_}")
 
 
@@ -206,10 +206,10 @@ def gluon_serves(pass_: str, arch: str, dtype: str, dqk: int, dv: int, window: t
                  dropout: bool, varlen: bool) -> bool:
     """The problems the Gluon kernels of `pass_` compute: sm90, fp16/bf16, dense, at most a causal
     band (a window (-1, 0) is one), no sink, no dropout; Dqk == Dv of 64 or 128 (forward_gluon,
-    backward_gluon), and for the backward also Dqk 192 / Dv 128 (backward_gluon_pe, the `pe`
-    bucket's). One rule for the launch (mha.launch.gluon_serves) and the tuner, which must know
+    backward_gluon), and Dqk 192 / Dv 128 (the `pe` bucket's: forward_gluon with the q/k head dim
+    in two parts, backward_gluon_pe). One rule for the launch (mha.launch.gluon_serves) and the tuner, which must know
     which shapes a bucket's `gluon` config takes from its own."""
-    dims = (dqk == dv and dqk in (64, 128)) or (pass_ == "backward" and (dqk, dv) == GLUON_PE_DIMS)
+    dims = (dqk == dv and dqk in (64, 128)) or (dqk, dv) == GLUON_PE_DIMS
     return (arch == "sm90" and dtype in ("fp16", "bf16") and dims and not varlen
             and window[0] < 0 and window[1] <= 0 and not has_sink and not dropout)
 

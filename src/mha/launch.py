@@ -224,11 +224,11 @@ def tile_grid(batch: int, heads: int, seqlen: int, causal: bool) -> tuple[int, i
 # The Gluon specs are built from their values alone, so they are cached by those values: naming
 # the descriptor types is the costly part of a spec, and every forward call asks for its specs.
 @functools.lru_cache(maxsize=256)
-def _gluon_forward_spec(dtype: str, d: int, causal: bool, bucket: str, block_n: int, num_warps: int,
+def _gluon_forward_spec(dtype: str, dqk: int, dv: int, causal: bool, bucket: str, block_n: int, num_warps: int,
                         stages: int) -> KernelSpec:
     from .kernels import forward_gluon  # Triton with Gluon only: a config selected it for this toolchain
-    constexprs = forward_gluon.constexprs(d, block_n, stages, causal)
-    signature = forward_gluon.signature_types(dtype, d, block_n) | {
+    constexprs = forward_gluon.constexprs(dqk, dv, block_n, stages, causal)
+    signature = forward_gluon.signature_types(dtype, dqk, dv, block_n) | {
         "Lse": "*fp32", "qk_scale": "fp32", "seqlen_q": "i32", "seqlen_k": "i32", "num_heads_q": "i32", "group": "i32"}
     fn = forward_gluon.attn_fwd_gluon
     return KernelSpec("fwd_gluon", fn, _ordered(fn, signature, constexprs), constexprs, num_warps, stages, bucket,
@@ -320,7 +320,7 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
         bucket, cfg = config_mod.resolve("forward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config,
                                          banded=problem.bound_left or problem.bound_right, serves_gluon=True)
         if cfg.get(config_mod.GLUON):
-            specs["fwd_gluon"] = _gluon_forward_spec(problem.dtype, problem.dqk, problem.bound_right, bucket,
+            specs["fwd_gluon"] = _gluon_forward_spec(problem.dtype, problem.dqk, problem.dv, problem.bound_right, bucket,
                                                      cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"])
 
     if gluon_serves(problem, arch, "backward"):
@@ -390,8 +390,9 @@ def _launch(spec: KernelSpec, grid: tuple, args: list) -> None:
         return
     params = [n for n, t in spec.signature.items() if t != "constexpr"]
     assert len(params) == len(args), (spec.name, len(params), len(args))
-    kernel = spec.fn[grid](*args, **spec.constexprs, num_warps=spec.num_warps, num_stages=spec.num_stages,
-                           **spec.options)
+    # By name: a constexpr may sit between arguments (forward_gluon's q2_desc/k2_desc are None).
+    kernel = spec.fn[grid](**dict(zip(params, args)), **spec.constexprs, num_warps=spec.num_warps,
+                           num_stages=spec.num_stages, **spec.options)
     if LAUNCH_OBSERVERS:
         for observe in LAUNCH_OBSERVERS:
             observe(spec, kernel)

@@ -99,8 +99,8 @@ def test_a_bad_gluon_backward_config_is_refused(change, message):
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_the_pe_bucket_runs_the_gluon_dkdv_beside_the_triton_dq(deterministic):
     specs = launch.kernel_specs(launch.Problem("bf16", 192, 128, causal=True), "sm90")
-    assert "bwd_dq_gluon" not in specs and "fwd_gluon" not in specs      # no Gluon dQ or forward for it
-    assert ("bwd_dkdv_gluon" in specs) is SELECTED_HERE
+    assert "bwd_dq_gluon" not in specs                                     # no Gluon dQ for it
+    assert ("bwd_dkdv_gluon" in specs) is SELECTED_HERE is ("fwd_gluon" in specs)
     expected = PE_BACKWARD if SELECTED_HERE else ("bwd_preprocess", "bwd_dkdv", "bwd_dq")
     assert launch.launched_kernels(specs, "backward", deterministic) == expected
     pe = config_mod.load_arch_configs("sm90")["backward"]["pe"]
@@ -112,7 +112,7 @@ def test_other_pe_head_dims_run_the_triton_backward(monkeypatch):
     for dqk, dv in ((96, 64), (192, 64), (256, 128)):
         assert not config_mod.gluon_serves("backward", "sm90", "bf16", dqk, dv, (-1, 0), False, False, False)
     assert config_mod.gluon_serves("backward", "sm90", "bf16", 192, 128, (-1, 0), False, False, False)
-    assert not config_mod.gluon_serves("forward", "sm90", "bf16", 192, 128, (-1, 0), False, False, False)
+    assert config_mod.gluon_serves("forward", "sm90", "bf16", 192, 128, (-1, 0), False, False, False)
     _, cfg = config_mod.resolve("backward", "sm90", 192, 128, "bf16", 0.0, serves_gluon=True)
     assert cfg == {k: v for k, v in PE_CONFIG.items() if k != "triton"} | {"gluon": True}
 
@@ -142,12 +142,6 @@ def test_a_bad_pe_gluon_config_is_refused(change, message):
     bad = {k: v for k, v in {**PE_CONFIG, **change}.items() if v is not None}
     with pytest.raises(config_mod.ConfigFileError, match=message):
         config_mod._check_gluon(bad, "backward", "pe", "f.json: backward.pe.gluon")
-
-
-def test_no_gluon_forward_serves_the_pe_bucket():
-    forward = config_mod.load_arch_configs("sm90")["forward"]["default"]["gluon"]
-    with pytest.raises(config_mod.ConfigFileError, match="no Gluon forward serves the 'pe' bucket"):
-        config_mod._check_gluon(forward, "forward", "pe", "f.json: forward.pe.gluon")
 
 
 # ------------------------------------------------------------------ on the GPU (H200, sm90)

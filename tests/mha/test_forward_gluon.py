@@ -12,11 +12,12 @@ import torch
 import mha
 from mha import config as config_mod
 from mha import guards, launch
-from cases import GLUON_CASES, GLUON_FALLBACK_CASES, SCALE_CASES, run_dense
+from cases import GLUON_CASES, GLUON_FALLBACK_CASES, GLUON_PE_CASES, SCALE_CASES, run_dense
 from checks import dtype_param
 from conftest import HAS_CUDA
 
 GLUON_CONFIG = config_mod.load_arch_configs("sm90")["forward"]["default"]["gluon"]
+PE_CONFIG = config_mod.load_arch_configs("sm90")["forward"]["pe"]["gluon"]
 SELECTED_HERE = config_mod.gluon_selected(GLUON_CONFIG)
 
 
@@ -27,7 +28,9 @@ SELECTED_HERE = config_mod.gluon_selected(GLUON_CONFIG)
     (launch.Problem("bf16", 128, 128, window=(-1, 0)), True),      # the causal band, spelled as a window
     (launch.Problem("fp32", 128, 128), False),
     (launch.Problem("bf16", 96, 96), False),
-    (launch.Problem("bf16", 192, 128), False),
+    (launch.Problem("bf16", 192, 128, causal=True), True),           # the `pe` bucket: q/k head dim in two parts
+    (launch.Problem("bf16", 192, 192), False),
+    (launch.Problem("bf16", 128, 64), False),
     (launch.Problem("bf16", 128, 128, varlen=True), False),
     (launch.Problem("bf16", 128, 128, window=(16, 0)), False),
     (launch.Problem("bf16", 128, 128, window=(-1, 4)), False),
@@ -35,9 +38,9 @@ SELECTED_HERE = config_mod.gluon_selected(GLUON_CONFIG)
     (launch.Problem("bf16", 128, 128, dropout=True), False),
 ])
 def test_which_problems_it_serves(problem, served):
-    """The Gluon backward serves these too, and also Dqk 192 / Dv 128 (test_backward_gluon)."""
+    """The Gluon backward serves the same problems (test_backward_gluon)."""
     assert launch.gluon_serves(problem, "sm90", "forward") is served
-    assert launch.gluon_serves(problem, "sm90", "backward") is (served or (problem.dqk, problem.dv) == (192, 128))
+    assert launch.gluon_serves(problem, "sm90", "backward") is served
     assert not launch.gluon_serves(problem, "gfx942", "forward")
     assert not launch.gluon_serves(problem, "gfx942", "backward")
 
@@ -69,6 +72,9 @@ def test_the_gluon_spec():
     assert spec.constexprs["CAUSAL"] is True and spec.constexprs["STAGES"] == GLUON_CONFIG["num_stages"]
     assert spec.options == {"maxnreg": 168} and spec.num_warps == 4
     assert spec.constexprs["PINGPONG"] is True and spec.constexprs["FOLD_SCALE"] is True
+    assert spec.constexprs["HEAD_DQK1"] == 0 and spec.constexprs["q2_desc"] is None    # one head-dim part
+    assert spec.constexprs["HEAD_GROUP"] == 0                       # the one-pass causal order
+    assert spec.signature["q2_desc"] == "constexpr" == spec.signature["k2_desc"]
     assert set(launch.aligned_specialization(spec).items()) >= {("Lse", "aligned16"), ("q_desc", "none"),
                                                               ("seqlen_q", "none"), ("group", "none")}
 
@@ -108,6 +114,30 @@ def test_a_bad_gluon_config_is_refused(bad, message):
         config_mod._check_gluon(dict(GLUON_CONFIG), "backward", "default", "f.json: backward.default.gluon")
 
 
+@pytest.mark.skipif(not SELECTED_HERE, reason="this toolchain's config does not select the Gluon forward")
+def test_the_pe_gluon_spec():
+    """Dqk 192 / Dv 128: the same kernel with the q/k head dim in a 128 and a 64 part, each its own
+    TMA box; v and o are Dv wide."""
+    spec = launch.kernel_specs(launch.Problem("bf16", 192, 128, causal=True), "sm90")["fwd_gluon"]
+    assert spec.bucket == "pe" and spec.fn is launch.kernel_specs(launch.Problem("bf16", 128, 128),
+                                                                   "sm90")["fwd_gluon"].fn
+    block_n = PE_CONFIG["BLOCK_N"]
+    assert spec.signature["q_desc"].startswith("tensordesc<bf16[64,128]")
+    assert spec.signature["q2_desc"].startswith("tensordesc<bf16[64,64]")
+    assert spec.signature["k_desc"].startswith(f"tensordesc<bf16[{block_n},128]")
+    assert spec.signature["k2_desc"].startswith(f"tensordesc<bf16[{block_n},64]")
+    assert spec.signature["v_desc"] == spec.signature["k_desc"] and spec.signature["o_desc"] == spec.signature["q_desc"]
+    assert spec.constexprs["HEAD_DIM"] == 128 and spec.constexprs["HEAD_DQK1"] == 64
+    assert spec.constexprs["HEAD_GROUP"] == 4                       # causal slices walked 4 at a time
+    assert spec.constexprs["STAGES"] == PE_CONFIG["num_stages"] and spec.options == {"maxnreg": 168}
+
+
+def test_the_pe_gluon_config_is_shaped_as_every_gluon_forward():
+    config_mod._check_gluon(dict(PE_CONFIG), "forward", "pe", "f.json: forward.pe.gluon")
+    with pytest.raises(config_mod.ConfigFileError, match="takes BLOCK_N"):
+        config_mod._check_gluon({**PE_CONFIG, "BLOCK_N": 32}, "forward", "pe", "f.json: forward.pe.gluon")
+
+
 # ------------------------------------------------------------------ on the GPU (H200, sm90)
 needs_gluon = pytest.mark.skipif(HAS_CUDA and not SELECTED_HERE,
                                  reason="this toolchain's config does not select the Gluon forward")
@@ -118,6 +148,16 @@ needs_gluon = pytest.mark.skipif(HAS_CUDA and not SELECTED_HERE,
 @pytest.mark.parametrize("dtype", [dtype_param(torch.bfloat16), dtype_param(torch.float16)])
 @pytest.mark.parametrize("case", GLUON_CASES.values(), ids=GLUON_CASES.keys())
 def test_results(case, dtype, device, launched):
+    run_dense(case, dtype, device)
+    assert launched[0] == "fwd_gluon"
+
+
+@pytest.mark.gpu
+@needs_gluon
+@pytest.mark.parametrize("dtype", [dtype_param(torch.bfloat16), dtype_param(torch.float16)])
+@pytest.mark.parametrize("case", GLUON_PE_CASES.values(), ids=GLUON_PE_CASES.keys())
+def test_pe_results(case, dtype, device, launched):
+    """Dqk 192 / Dv 128, the `pe` bucket (forward and, on its out and lse, the backward)."""
     run_dense(case, dtype, device)
     assert launched[0] == "fwd_gluon"
 

@@ -22,10 +22,17 @@ the blocks that cross it are masked; blocks right of it are never loaded. The ep
 through the consumer's Q slot and a TMA store, lse (natural log) with a plain store.
 
 The grid is (query tiles, batch * query heads), or for causal (batch * query heads, query
-tiles) with the longest tiles first (mha.launch.tile_grid).
+tiles) with the longest tiles first (mha.launch.tile_grid), for the split head dim walked
+HEAD_GROUP slices at a time.
+
+Dqk 192 / Dv 128 (the `pe` bucket, MLA's shape) runs the same kernel with the q/k head dim in two
+power-of-two parts, HEAD_DIM = Dv = 128 and HEAD_DQK1 = 64, as mha.kernels.backward_gluon_pe
+does: Q and K come as two TMA boxes into two buffers each, and S is two async wgmma into one
+accumulator. Elsewhere HEAD_DQK1 is 0 and q2_desc/k2_desc are None.
 
 What the host side must guarantee (mha.launch.gluon_inputs_ok checks it before every launch):
-q (B, Sq, Hq, D), k/v (B, Sk, Hk, D) contiguous fp16/bf16, D in {64, 128}, Hq % Hk == 0, Sq and
+q/k (B, S, H, Dqk), v (B, Sk, Hk, Dv) contiguous fp16/bf16, Dqk == Dv in {64, 128} or Dqk 192 /
+Dv 128, Hq % Hk == 0, Sq and
 Sk positive multiples of 128 (descriptors see the tensors as (B*S, H*D) matrices, so a tile must
 not straddle two batches), and for causal Sk >= Sq (every row sees a key). With FOLD_SCALE, a
 positive softmax scale (mha.launch.gluon_scale_ok).
@@ -57,6 +64,13 @@ PINGPONG = True
 # That max is the scaled row's only for a positive scale, and 0 times a masked -inf is NaN: the
 # launch sends other scales to the Triton forward.
 FOLD_SCALE = True
+# Causal grids of the split head dim (Dqk 192 / Dv 128) run HEAD_GROUP (batch, head) slices at
+# a time, longest query tiles first in each group (see the kernel): in the one-pass order, with a
+# slice per program in flight, the 128-head causal bench shape read its K/V from memory and ran
+# 26 % slower than the Triton forward. The other causal grids (HEAD_GROUP 0) keep the one-pass
+# order: grouped, the d128 shapes with one KV head lost up to 38 % to the tail (their K/V fits in
+# L2 either way), and the others gained at most 3 % (docs/configs.md).
+PE_HEAD_GROUP = 4
 # Registers: 2 consumer warpgroups + the loader's warpgroup share the 64K register file, so the
 # launch bound is 65536 / (3 * 128) rounded down to 8; setmaxnreg then moves registers from the
 # loader (24) to the consumers (240): 2 * 128 * 240 + 128 * 24 = 64512.
@@ -70,33 +84,45 @@ LN2: gl.constexpr = gl.constexpr(0.6931471805599453)
 
 # ----------------------------------------------------------------------------- loader partition
 @gluon.jit
-def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
-            q_row, q_col, kv_row, kv_col, n_total,
-            NUM_CONSUMERS: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    # Q: one box per consumer, one barrier for all (both consumers start together anyway).
-    mbarrier.expect(q_bar, NUM_CONSUMERS * q_desc.block_type.nbytes)
+def _loader(q_desc, q2_desc, k_desc, k2_desc, v_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, k_ready,
+            k_empty, v_ready, v_empty, q_row, q_col, kv_row, kv_col, v_col, n_total,
+            NUM_CONSUMERS: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            HEAD_DIM: gl.constexpr, HEAD_DQK1: gl.constexpr):
+    # Q: one box per consumer (two with a second head-dim part), one barrier for all (both
+    # consumers start together anyway).
+    if HEAD_DQK1 > 0:
+        mbarrier.expect(q_bar, NUM_CONSUMERS * (q_desc.block_type.nbytes + q2_desc.block_type.nbytes))
+    else:
+        mbarrier.expect(q_bar, NUM_CONSUMERS * q_desc.block_type.nbytes)
     for c in gl.static_range(NUM_CONSUMERS):
         tma.async_copy_global_to_shared(q_desc, [q_row + c * ROWS, q_col], q_bar, q_smem.index(c))
+        if HEAD_DQK1 > 0:
+            tma.async_copy_global_to_shared(q2_desc, [q_row + c * ROWS, q_col + HEAD_DIM], q_bar, q2_smem.index(c))
     for j in range(n_total):
         st = j % STAGES
         ph = (j // STAGES) & 1
         # A fresh mbarrier counts as having completed the phase before phase 0, so the first
         # round (ph = 0) waits for parity 1 and passes at once: all slots start empty.
         mbarrier.wait(k_empty.index(st), ph ^ 1)
-        mbarrier.expect(k_ready.index(st), k_desc.block_type.nbytes)
+        if HEAD_DQK1 > 0:
+            mbarrier.expect(k_ready.index(st), k_desc.block_type.nbytes + k2_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k2_desc, [kv_row + j * BLOCK_N, kv_col + HEAD_DIM], k_ready.index(st),
+                                            k2_smem.index(st))
+        else:
+            mbarrier.expect(k_ready.index(st), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, kv_col], k_ready.index(st), k_smem.index(st))
         mbarrier.wait(v_empty.index(st), ph ^ 1)
         mbarrier.expect(v_ready.index(st), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, kv_col], v_ready.index(st), v_smem.index(st))
+        tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, v_col], v_ready.index(st), v_smem.index(st))
 
 
 # ----------------------------------------------------------------------------- consumer partition
 @gluon.jit
-def _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m_i, l_i, qk_scale,
+def _step(j, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m_i, l_i, qk_scale,
           rows, cols0, diag_off, turn_mine, turn_other,
           MASK: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
           s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-          PINGPONG: gl.constexpr, FIRST: gl.constexpr, FOLD: gl.constexpr):
+          PINGPONG: gl.constexpr, FIRST: gl.constexpr, FOLD: gl.constexpr, HEAD_DQK1: gl.constexpr):
     """Key block j: S_j = Q K_j^T, O += P_{j-1} V_{j-1}, softmax of S_j overlapping that PV."""
     ROWS: gl.constexpr = q.shape[0]
     st = j % STAGES
@@ -112,6 +138,8 @@ def _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m
         mbarrier.wait(turn_mine, ((j - 1) & 1) ^ FIRST)
     zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
     s_tok = warpgroup_mma(q, k_smem.index(st).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    if HEAD_DQK1 > 0:
+        s_tok = warpgroup_mma(q2, k2_smem.index(st).permute((1, 0)), s_tok, is_async=True)
     mbarrier.wait(v_ready.index(pst), pph)
     acc_tok = warpgroup_mma(p_op, v_smem.index(pst), acc, is_async=True)
     if PINGPONG:
@@ -145,10 +173,10 @@ def _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m
 
 
 @gluon.jit
-def _consumer(CID: gl.constexpr, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Lse,
-              qk_scale, q_row, q_col, lse_off, m0, diag_off, n_full, n_total, turn,
+def _consumer(CID: gl.constexpr, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, k_ready, k_empty, v_ready,
+              v_empty, Lse, qk_scale, q_row, o_col, lse_off, m0, diag_off, n_full, n_total, turn,
               ROWS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr):
+              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, HEAD_DQK1: gl.constexpr):
     NW: gl.constexpr = gl.num_warps()
     # wgmma accumulator layouts: m16 x n x k16 (16-bit inputs), warps stacked along rows.
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
@@ -161,6 +189,7 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
 
     q = q_smem.index(CID)
+    q2 = q2_smem.index(CID)
     turn_mine = turn.index(CID)
     turn_other = turn.index(1 - CID)
     rows = m0 + CID * ROWS + gl.arange(0, ROWS, layout=row_layout)   # query positions
@@ -172,6 +201,8 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
     mbarrier.wait(k_ready.index(0), 0)
     zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
     s_tok = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    if HEAD_DQK1 > 0:
+        s_tok = warpgroup_mma(q2, k2_smem.index(0).permute((1, 0)), s_tok, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
     mbarrier.arrive(k_empty.index(0), count=1)
     if not FOLD:
@@ -190,15 +221,15 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
 
     # Off-band blocks: no mask.
     for j in range(1, n_full):
-        acc, p_op, m_i, l_i = _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m_i, l_i,
+        acc, p_op, m_i, l_i = _step(j, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m_i, l_i,
                                     qk_scale, rows, cols0, diag_off, turn_mine, turn_other, False, STAGES, BLOCK_N,
-                                    s_layout, o_layout, p_layout, PINGPONG, 1 - CID, FOLD)
+                                    s_layout, o_layout, p_layout, PINGPONG, 1 - CID, FOLD, HEAD_DQK1)
     if CAUSAL:
         # Diagonal blocks: masked.
         for j in range(gl.maximum(n_full, 1), n_total):
-            acc, p_op, m_i, l_i = _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m_i,
+            acc, p_op, m_i, l_i = _step(j, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m_i,
                                         l_i, qk_scale, rows, cols0, diag_off, turn_mine, turn_other, True, STAGES,
-                                        BLOCK_N, s_layout, o_layout, p_layout, PINGPONG, 1 - CID, FOLD)
+                                        BLOCK_N, s_layout, o_layout, p_layout, PINGPONG, 1 - CID, FOLD, HEAD_DQK1)
 
     # Last PV.
     last = n_total - 1
@@ -213,23 +244,36 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
     gl.store(Lse + lse_off + rows, lse)
 
     out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-    # Reuse this consumer's Q slot as the O staging buffer: its last reader (the final QK^T
-    # wgmma) has retired. Generic-proxy stores, then a fence before the async-proxy TMA store.
+    # Reuse this consumer's Q slot (the first part's: HEAD_DIM = Dv wide) as the O staging buffer:
+    # its last reader (the final QK^T wgmma) has retired. Generic-proxy stores, then a fence before the async-proxy TMA store.
     q.store(out.to(q.dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [q_row + CID * ROWS, q_col], q)
+    tma.async_copy_shared_to_global(o_desc, [q_row + CID * ROWS, o_col], q)
     tma.store_wait(pendings=0)
 
 
 # ----------------------------------------------------------------------------- kernel
 @gluon.jit(do_not_specialize=DO_NOT_SPECIALIZE)
-def attn_fwd_gluon(q_desc, k_desc, v_desc, o_desc, Lse, qk_scale, seqlen_q, seqlen_k, num_heads_q, group,
-                    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+def attn_fwd_gluon(q_desc, q2_desc, k_desc, k2_desc, v_desc, o_desc, Lse, qk_scale, seqlen_q, seqlen_k, num_heads_q,
+                    group, HEAD_DIM: gl.constexpr, HEAD_DQK1: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                     CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr, LOADER_REGS: gl.constexpr,
-                    CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr, FOLD_SCALE: gl.constexpr):
+                    CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr, FOLD_SCALE: gl.constexpr,
+                    HEAD_GROUP: gl.constexpr):
     ROWS: gl.constexpr = BLOCK_M // NUM_CONSUMERS
+    HEAD_DQK: gl.constexpr = HEAD_DIM + HEAD_DQK1
     dtype: gl.constexpr = q_desc.dtype
-    if CAUSAL:
+    if CAUSAL and HEAD_GROUP > 0:
+        # Grid (slices, tiles), walked HEAD_GROUP slices at a time, and in each group the last
+        # query tile first: the programs in flight at once share a few slices' K/V in L2, and
+        # each group's longest tiles still start first.
+        n_slices = gl.num_programs(0)
+        n_tiles = gl.num_programs(1)
+        first = (gl.program_id(1) * n_slices + gl.program_id(0)) // (HEAD_GROUP * n_tiles) * HEAD_GROUP
+        size = gl.minimum(n_slices - first, HEAD_GROUP)
+        r = gl.program_id(1) * n_slices + gl.program_id(0) - first * n_tiles
+        pid_bh = first + r % size
+        pid_m = n_tiles - 1 - r // size
+    elif CAUSAL:
         # Grid (slices, tiles), the last query tile first: the GPU starts programs in grid order,
         # so the longest causal tiles of every head start in the first waves and the short ones
         # fill the tail (in query order, the longest ran last and a few heads left SMs idle).
@@ -244,9 +288,11 @@ def attn_fwd_gluon(q_desc, k_desc, v_desc, o_desc, Lse, qk_scale, seqlen_q, seql
     hk = h // group                       # GQA: q-heads [hk*group, (hk+1)*group) share K/V head hk
     m0 = pid_m * BLOCK_M
     q_row = b * seqlen_q + m0
-    q_col = h * HEAD_DIM
+    q_col = h * HEAD_DQK
+    o_col = h * HEAD_DIM
     kv_row = b * seqlen_k
-    kv_col = hk * HEAD_DIM
+    kv_col = hk * HEAD_DQK
+    v_col = hk * HEAD_DIM
     lse_off = pid_bh * seqlen_q            # lse is (B, Hq, Sq)
     diag_off = seqlen_k - seqlen_q          # bottom-right aligned causal diagonal
     if CAUSAL:
@@ -261,6 +307,12 @@ def attn_fwd_gluon(q_desc, k_desc, v_desc, o_desc, Lse, qk_scale, seqlen_q, seql
     q_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, ROWS, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    if HEAD_DQK1 > 0:
+        q2_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, ROWS, HEAD_DQK1], q2_desc.layout)
+        k2_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DQK1], k2_desc.layout)
+    else:
+        q2_smem = q_smem   # not read: every use is under HEAD_DQK1 > 0
+        k2_smem = k_smem
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -281,14 +333,15 @@ def attn_fwd_gluon(q_desc, k_desc, v_desc, o_desc, Lse, qk_scale, seqlen_q, seql
     # Argument tuples are written out at each call: a tuple assigned to a name first has its
     # constexprs turned into int32 scalars (Triton 3.8 assignment semantics).
     gl.warp_specialize([
-        (_consumer, (0, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Lse, qk_scale,
-                     q_row, q_col, lse_off, m0, diag_off, n_full, n_total, turn, ROWS, HEAD_DIM, BLOCK_N,
-                     STAGES, CAUSAL, PINGPONG, FOLD_SCALE)),
-        (_consumer, (1, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Lse, qk_scale,
-                     q_row, q_col, lse_off, m0, diag_off, n_full, n_total, turn, ROWS, HEAD_DIM, BLOCK_N,
-                     STAGES, CAUSAL, PINGPONG, FOLD_SCALE)),
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
-                   q_row, q_col, kv_row, kv_col, n_total, NUM_CONSUMERS, ROWS, BLOCK_N, STAGES)),
+        (_consumer, (0, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
+                     Lse, qk_scale, q_row, o_col, lse_off, m0, diag_off, n_full, n_total, turn, ROWS, HEAD_DIM,
+                     BLOCK_N, STAGES, CAUSAL, PINGPONG, FOLD_SCALE, HEAD_DQK1)),
+        (_consumer, (1, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
+                     Lse, qk_scale, q_row, o_col, lse_off, m0, diag_off, n_full, n_total, turn, ROWS, HEAD_DIM,
+                     BLOCK_N, STAGES, CAUSAL, PINGPONG, FOLD_SCALE, HEAD_DQK1)),
+        (_loader, (q_desc, q2_desc, k_desc, k2_desc, v_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, k_ready,
+                   k_empty, v_ready, v_empty, q_row, q_col, kv_row, kv_col, v_col, n_total, NUM_CONSUMERS, ROWS,
+                   BLOCK_N, STAGES, HEAD_DIM, HEAD_DQK1)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -317,21 +370,36 @@ def matrix_desc(t: torch.Tensor, dtype: str, rows: int, cols: int | None = None)
     return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, cols], shared_layout(dtype, (rows, cols)))
 
 
-def signature_types(dtype: str, head_dim: int, block_n: int) -> dict:
-    """The descriptor arguments' types: q/o boxes of 64 rows, k/v boxes of BLOCK_N rows."""
-    q_type = desc_type(dtype, (BLOCK_M // NUM_CONSUMERS, head_dim))
-    kv_type = desc_type(dtype, (block_n, head_dim))
-    return {"q_desc": q_type, "k_desc": kv_type, "v_desc": kv_type, "o_desc": q_type}
+def signature_types(dtype: str, dqk: int, dv: int, block_n: int) -> dict:
+    """The descriptor arguments' types: q/o boxes of 64 rows, k/v boxes of BLOCK_N rows, all Dv
+    wide, and for Dqk > Dv the q2/k2 boxes of the rest (elsewhere q2_desc and k2_desc are
+    constexpr None: constexprs)."""
+    rows = BLOCK_M // NUM_CONSUMERS
+    q_type, kv_type = desc_type(dtype, (rows, dv)), desc_type(dtype, (block_n, dv))
+    types = {"q_desc": q_type, "k_desc": kv_type, "v_desc": kv_type, "o_desc": q_type}
+    if dqk > dv:
+        types |= {"q2_desc": desc_type(dtype, (rows, dqk - dv)), "k2_desc": desc_type(dtype, (block_n, dqk - dv))}
+    return types
 
 
-def constexprs(head_dim: int, block_n: int, stages: int, causal: bool) -> dict:
-    return {"HEAD_DIM": head_dim, "BLOCK_M": BLOCK_M, "BLOCK_N": block_n, "STAGES": stages, "CAUSAL": causal,
-            "NUM_CONSUMERS": NUM_CONSUMERS, "LOADER_REGS": LOADER_REGS, "CONSUMER_REGS": CONSUMER_REGS,
-            "PINGPONG": PINGPONG, "FOLD_SCALE": FOLD_SCALE}
+def constexprs(dqk: int, dv: int, block_n: int, stages: int, causal: bool) -> dict:
+    no_second_part = {} if dqk > dv else {"q2_desc": None, "k2_desc": None}
+    return {"HEAD_DIM": dv, "HEAD_DQK1": dqk - dv, "BLOCK_M": BLOCK_M, "BLOCK_N": block_n, "STAGES": stages,
+            "CAUSAL": causal, "NUM_CONSUMERS": NUM_CONSUMERS, "LOADER_REGS": LOADER_REGS,
+            "CONSUMER_REGS": CONSUMER_REGS, "PINGPONG": PINGPONG, "FOLD_SCALE": FOLD_SCALE,
+            "HEAD_GROUP": PE_HEAD_GROUP if dqk > dv else 0,
+            **no_second_part}
 
 
 def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, dtype: str, block_n: int):
-    """TMA descriptors over the (B*S, H*D) views of contiguous q, k, v and out."""
+    """TMA descriptors over the (B*S, H*D) views of contiguous q, k, v and out, as the kernel's
+    non-constexpr arguments in order: (q, k, v, o), or (q, q2, k, k2, v, o) where Dqk > Dv, q/k
+    boxes Dv wide and q2/k2 boxes the rest."""
     rows = BLOCK_M // NUM_CONSUMERS
-    return (matrix_desc(q, dtype, rows), matrix_desc(k, dtype, block_n), matrix_desc(v, dtype, block_n),
-            matrix_desc(out, dtype, rows))
+    dqk, dv = q.shape[-1], v.shape[-1]
+    q_parts = [matrix_desc(q, dtype, rows, dv)]
+    k_parts = [matrix_desc(k, dtype, block_n, dv)]
+    if dqk > dv:
+        q_parts.append(matrix_desc(q, dtype, rows, dqk - dv))
+        k_parts.append(matrix_desc(k, dtype, block_n, dqk - dv))
+    return (*q_parts, *k_parts, matrix_desc(v, dtype, block_n), matrix_desc(out, dtype, rows))

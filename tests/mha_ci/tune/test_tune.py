@@ -301,10 +301,10 @@ def test_a_backward_gluon_config_leaves_its_backward_shapes_out_where_the_toolch
     assert not {"gluon", "ws"} & set(plan.own_config(sm90)) and plan.own_config(sm90)["num_warps"] == 8
 
 
-def test_the_pe_buckets_gluon_dkdv_leaves_its_dense_backward_shapes_out_under_triton_3_8():
-    """The `pe` bucket's `gluon` config (the Gluon dK/dV beside the Triton dQ) takes the dense
-    Dqk 192 / Dv 128 backward shapes of whole tiles: tune's overrides run the Triton kernels on
-    them, which the toolchain then does not launch."""
+def test_the_pe_buckets_gluon_configs_leave_their_dense_shapes_out_under_triton_3_8():
+    """The `pe` bucket's `gluon` configs (the Gluon forward; the Gluon dK/dV beside the Triton dQ)
+    take the dense Dqk 192 / Dv 128 shapes of whole tiles: tune's overrides run the Triton kernels
+    on them, which the toolchain then does not launch."""
     from mha_ci.perf.request import selected_workloads
     entries = [w.to_dict() for w in selected_workloads(load_pipeline(ROOT), "full")]
     target = targets.choose(entries, ["pe"], None, "backward")[0]
@@ -316,9 +316,16 @@ def test_the_pe_buckets_gluon_dkdv_leaves_its_dense_backward_shapes_out_under_tr
     assert all(k.startswith("dense_") and "_dqk192_dv128_" in k and "_wl" not in k for k in gone)
     assert any(k.startswith("varlen_") for k in {e["key"] for e in top.shapes})
     assert "gluon" not in plan.own_config(pe)
-    forward = targets.choose(entries, ["pe"], None, "forward")[0]       # no Gluon forward for it
-    assert targets.own_config_shapes(forward, rules.load_config(ROOT, "sm90")["forward"]["pe"], "sm90",
-                                     "3.8.0") is forward
+    forward = targets.choose(entries, ["pe"], None, "forward")[0]
+    pe_forward = rules.load_config(ROOT, "sm90")["forward"]["pe"]
+    assert targets.own_config_shapes(forward, pe_forward, "sm90", "3.4.0") is forward
+    kept = {e["key"] for e in targets.own_config_shapes(forward, pe_forward, "sm90", "3.8.0").shapes}
+    gone = {e["key"] for e in forward.shapes} - kept
+    assert "dense_b1_hq128_hk128_sq8192_sk8192_dqk192_dv128_c1" in gone
+    assert all(k.startswith("dense_") and "_wl" not in k for k in gone)
+    assert "dense_b64_hq128_hk128_sq1_sk8192_dqk192_dv128_c1" in kept         # sq 1: not whole tiles
+    assert "gluon" not in plan.own_config(pe_forward)
+
 
 def test_unknown_bucket_is_a_usage_error():
     from mha_ci.errors import ConfigError
