@@ -221,15 +221,16 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_sme
 
     # Off-band blocks: no mask.
     for j in range(1, n_full):
-        acc, p_op, m_i, l_i = _step(j, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m_i, l_i,
-                                    qk_scale, rows, cols0, diag_off, turn_mine, turn_other, False, STAGES, BLOCK_N,
-                                    s_layout, o_layout, p_layout, PINGPONG, 1 - CID, FOLD, HEAD_DQK1)
+        acc, p_op, m_i, l_i = _step(j, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op,
+                                    m_i, l_i, qk_scale, rows, cols0, diag_off, turn_mine, turn_other, False, STAGES,
+                                    BLOCK_N, s_layout, o_layout, p_layout, PINGPONG, 1 - CID, FOLD, HEAD_DQK1)
     if CAUSAL:
         # Diagonal blocks: masked.
         for j in range(gl.maximum(n_full, 1), n_total):
-            acc, p_op, m_i, l_i = _step(j, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m_i,
-                                        l_i, qk_scale, rows, cols0, diag_off, turn_mine, turn_other, True, STAGES,
-                                        BLOCK_N, s_layout, o_layout, p_layout, PINGPONG, 1 - CID, FOLD, HEAD_DQK1)
+            acc, p_op, m_i, l_i = _step(j, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc,
+                                        p_op, m_i, l_i, qk_scale, rows, cols0, diag_off, turn_mine, turn_other, True,
+                                        STAGES, BLOCK_N, s_layout, o_layout, p_layout, PINGPONG, 1 - CID, FOLD,
+                                        HEAD_DQK1)
 
     # Last PV.
     last = n_total - 1
@@ -245,7 +246,8 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_sme
 
     out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
     # Reuse this consumer's Q slot (the first part's: HEAD_DIM = Dv wide) as the O staging buffer:
-    # its last reader (the final QK^T wgmma) has retired. Generic-proxy stores, then a fence before the async-proxy TMA store.
+    # its last reader (the final QK^T wgmma) has retired. Generic-proxy stores, then a fence before
+    # the async-proxy TMA store.
     q.store(out.to(q.dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(o_desc, [q_row + CID * ROWS, o_col], q)
@@ -255,10 +257,10 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_sme
 # ----------------------------------------------------------------------------- kernel
 @gluon.jit(do_not_specialize=DO_NOT_SPECIALIZE)
 def attn_fwd_gluon(q_desc, q2_desc, k_desc, k2_desc, v_desc, o_desc, Lse, qk_scale, seqlen_q, seqlen_k, num_heads_q,
-                    group, HEAD_DIM: gl.constexpr, HEAD_DQK1: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                    CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr, LOADER_REGS: gl.constexpr,
-                    CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr, FOLD_SCALE: gl.constexpr,
-                    HEAD_GROUP: gl.constexpr):
+                    group, HEAD_DIM: gl.constexpr, HEAD_DQK1: gl.constexpr, BLOCK_M: gl.constexpr,
+                    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+                    LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr,
+                    FOLD_SCALE: gl.constexpr, HEAD_GROUP: gl.constexpr):
     ROWS: gl.constexpr = BLOCK_M // NUM_CONSUMERS
     HEAD_DQK: gl.constexpr = HEAD_DIM + HEAD_DQK1
     dtype: gl.constexpr = q_desc.dtype
@@ -268,9 +270,10 @@ def attn_fwd_gluon(q_desc, q2_desc, k_desc, k2_desc, v_desc, o_desc, Lse, qk_sca
         # each group's longest tiles still start first.
         n_slices = gl.num_programs(0)
         n_tiles = gl.num_programs(1)
-        first = (gl.program_id(1) * n_slices + gl.program_id(0)) // (HEAD_GROUP * n_tiles) * HEAD_GROUP
+        launched = gl.program_id(1) * n_slices + gl.program_id(0)    # the program's place in launch order
+        first = launched // (HEAD_GROUP * n_tiles) * HEAD_GROUP
         size = gl.minimum(n_slices - first, HEAD_GROUP)
-        r = gl.program_id(1) * n_slices + gl.program_id(0) - first * n_tiles
+        r = launched - first * n_tiles
         pid_bh = first + r % size
         pid_m = n_tiles - 1 - r // size
     elif CAUSAL:
