@@ -66,10 +66,9 @@ PINGPONG = True
 FOLD_SCALE = True
 # Causal grids of the split head dim (Dqk 192 / Dv 128) run HEAD_GROUP (batch, head) slices at
 # a time, longest query tiles first in each group (see the kernel): in the one-pass order, with a
-# slice per program in flight, the 128-head causal bench shape read its K/V from memory and ran
-# 26 % slower than the Triton forward. The other causal grids (HEAD_GROUP 0) keep the one-pass
-# order: grouped, the d128 shapes with one KV head lost up to 38 % to the tail (their K/V fits in
-# L2 either way), and the others gained at most 3 % (docs/configs.md).
+# slice per program in flight and no KV heads shared, the programs in flight stream more K/V than
+# L2 holds. The other causal grids (HEAD_GROUP 0) keep the one-pass order: their GQA K/V fits in
+# L2 in any order, and grouping only lengthens the tail (docs/configs.md has the measurements).
 PE_HEAD_GROUP = 4
 # Registers: 2 consumer warpgroups + the loader's warpgroup share the 64K register file, so the
 # launch bound is 65536 / (3 * 128) rounded down to 8; setmaxnreg then moves registers from the
