@@ -207,8 +207,8 @@ def gluon_serves(pass_: str, arch: str, dtype: str, dqk: int, dv: int, window: t
     """The problems the Gluon kernels of `pass_` compute: sm90, fp16/bf16, dense, at most a causal
     band (a window (-1, 0) is one), no sink, no dropout; Dqk == Dv of 64 or 128 (forward_gluon,
     backward_gluon), and Dqk 192 / Dv 128 (the `pe` bucket's: forward_gluon with the q/k head dim
-    in two parts, backward_gluon_pe). One rule for the launch (mha.launch.gluon_serves) and the tuner, which must know
-    which shapes a bucket's `gluon` config takes from its own."""
+    in two parts, backward_gluon_pe). One rule for the launch (mha.launch.gluon_serves) and the
+    tuner, which must know which shapes a bucket's `gluon` config takes from its own."""
     dims = (dqk == dv and dqk in (64, 128)) or (dqk, dv) == GLUON_PE_DIMS
     return (arch == "sm90" and dtype in ("fp16", "bf16") and dims and not varlen
             and window[0] < 0 and window[1] <= 0 and not has_sink and not dropout)

@@ -217,7 +217,8 @@ def tile_grid(batch: int, heads: int, seqlen: int, causal: bool) -> tuple[int, i
     fixed 128-row tiles (the Gluon ones, the warp-specialized backward): (slices, tiles) for
     causal, so that each slice's longest tiles start in the first waves, else (tiles, slices).
     Query tiles of the query heads (forward, dQ), key tiles of the KV heads (dK/dV). The Gluon
-    forward of the split head dim walks a causal grid a few slices at a time (forward_gluon.PE_HEAD_GROUP)."""
+    forward of the split head dim walks a causal grid a few slices at a time
+    (forward_gluon.PE_HEAD_GROUP)."""
     tiles = seqlen // config_mod.GLUON_TILE_ROWS
     return (batch * heads, tiles) if causal else (tiles, batch * heads)
 
