@@ -15,6 +15,7 @@ from mha_ci.errors import ConfigError
 from mha_ci.executors.devices import ASSUME_ENV, available_devices
 from mha_ci.jobs.context import DEFAULT_JOB_TIMEOUT_S, RunOptions
 from mha_ci.perf.document import check_subset
+from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Event
 from mha_ci.model.yaml_source import closest
 from mha_ci.perf.gate_source import load_gate_source
@@ -96,10 +97,13 @@ def perf_subset(event_kind: str | None, against: object, environ: Mapping[str, s
     return "pr" if event_kind == "pull_request" or against is not None else "full"
 
 
-def run_options(args, environ: Mapping[str, str] = os.environ, event_kind: str | None = None) -> RunOptions:
+def run_options(args, environ: Mapping[str, str] = os.environ, event_kind: str | None = None,
+                checkout: Pipeline | None = None) -> RunOptions:
     """`mha-ci run`'s options: --select, --pins and --gate-from (read here, before any job runs), and
     the variables CI sets (a bad value is a usage error naming the variable). `event_kind` is the
-    run's event (plan.events), which decides the perf subset (perf_subset)."""
+    run's event (plan.events), which decides the perf subset (perf_subset); `checkout` is the
+    pipeline under test, whose arch and toolchain names the --gate-from base's known failures are
+    checked against (needed only with --gate-from)."""
     subset = perf_subset(event_kind, getattr(args, "perf_against", None), environ)
     check_subset(subset, PERF_SUBSET_ENV)
     repeat = _number(environ, PERF_REPEAT_ENV, int, 1)
@@ -115,9 +119,13 @@ def run_options(args, environ: Mapping[str, str] = os.environ, event_kind: str |
                           "asks for repeated runs of one side", key=PERF_REPEAT_ENV)
     if against is not None and not str(against).strip():
         raise ConfigError("--perf-against needs a git ref or a folder", key="--perf-against")
+    source = None
+    if gate_from is not None:
+        if checkout is None:
+            raise ValueError("--gate-from is read against the checkout's pipeline: pass checkout")
+        source = load_gate_source(gate_from, checkout)
     return RunOptions(select=tuple(p.strip() for p in args.select or () if p.strip()), perf_subset=subset,
-                      perf_repeat=repeat, job_timeout_s=timeout, pins=args.pins,
-                      gate_from=load_gate_source(gate_from) if gate_from is not None else None,
+                      perf_repeat=repeat, job_timeout_s=timeout, pins=args.pins, gate_from=source,
                       perf_against=against)
 
 

@@ -13,8 +13,9 @@ listed as "not run: needs a <arch> device" in the output and in summary.md/resul
 fails the run (exit 3) only when it was asked for by name with --job.
 
 `--gate-from DIR` judges perf jobs by the gate settings, shapes and baselines of DIR, a checkout of
-the base branch (mha_ci.perf.gate_source): pr-gpu.yml passes it, so a pull request never sets the
-gate it is judged by. A DIR that cannot be read is exit 2 before any job runs.
+the base branch, and correctness and memcheck jobs by DIR's known failures (mha_ci.perf.gate_source):
+pr-gpu.yml passes it, so a pull request never sets the gate or the allowances it is judged by.
+A DIR that cannot be read is exit 2 before any job runs.
 
 `--perf-against REF|DIR` turns each perf job into a same-GPU A/B: the base's kernel (a git ref
 of the checkout, or a folder holding a checkout of the base, such as the --gate-from one) and
@@ -59,9 +60,10 @@ def register(sub) -> None:
                         "repeatable): a narrowed local check; every verdict names the selection")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: <root>/out)")
     p.add_argument("--gate-from", type=Path, default=None, metavar="DIR",
-                   help="judge perf jobs by DIR's pipelines/perf.yaml, pipelines/workloads.yaml and perf_baselines/ "
-                        "(a checkout of the base branch: a pull request's GPU run) instead of this checkout's; "
-                        "the verdict names what this checkout changes there")
+                   help="judge perf jobs by DIR's pipelines/perf.yaml, pipelines/workloads.yaml and perf_baselines/, "
+                        "and correctness and memcheck jobs by DIR's pipelines/known_failures.yaml (a checkout of "
+                        "the base branch: a pull request's GPU run) instead of this checkout's; the verdict names "
+                        "what this checkout changes there")
     p.add_argument("--perf-against", default=None, metavar="REF|DIR",
                    help="perf jobs: measure the kernel of this base (a git ref of the checkout, or a folder "
                         "holding a checkout of it) and the checkout's on one GPU, taking turns per shape, and gate "
@@ -80,8 +82,8 @@ def handle(args) -> int:
     # Refused before any work: a FIFO there would hang the first write of the reports.
     refuse_special_outputs((args.out if args.out is not None else args.root / "out"), REPORT_FILES)
     event, note = event_from_args(args)
-    options = run_options(args, event_kind=event.kind)
     pipeline = load_pipeline(args.root)
+    options = run_options(args, event_kind=event.kind, checkout=pipeline)
     if note:
         print(f"mha-ci: {note}", file=sys.stderr)
     for warning in label_warnings(pipeline.triggers, event.labels):

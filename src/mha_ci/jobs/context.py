@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from mha_ci.executors.base import Executor
+from mha_ci.jobs import JobResult
 from mha_ci.model.pipeline import Pipeline
+from mha_ci.model.types import Job
 from mha_ci.perf.document import SUBSETS
-from mha_ci.perf.gate_source import GateSource
+from mha_ci.perf.gate_source import GateSource, known_failures_verdict
 
 DEFAULT_JOB_TIMEOUT_S = 3600.0
 
@@ -27,7 +30,8 @@ class RunOptions:
     perf_repeat: int = 1                        # perf job: payload processes per measurement
     job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S    # a correctness payload step
     pins: str = "enforce"                       # "enforce" | "record" (host executor only)
-    # `mha-ci run --gate-from DIR`: perf jobs are judged by DIR's perf settings and baselines.
+    # `mha-ci run --gate-from DIR`: perf jobs are judged by DIR's perf settings and baselines,
+    # correctness and memcheck jobs by DIR's known failures.
     gate_from: GateSource | None = None
     # `mha-ci run --perf-against REF|DIR`: perf jobs measure this base kernel (a git ref of the
     # checkout, or a folder holding a checkout) and the checkout's taking turns on one GPU, and
@@ -47,3 +51,17 @@ class JobContext:
     executor: Executor
     out_dir: Path                               # the run's output folder (`mha-ci run --out`)
     options: RunOptions = field(default_factory=RunOptions)
+
+
+def with_known_failures(run: Callable[[Job, JobContext, Pipeline], JobResult], job: Job, ctx: JobContext) -> JobResult:
+    """`run(job, ctx, pipeline)` of a job kind that applies known failures, `pipeline` holding the
+    ones it is judged by: the checkout's, or with --gate-from the base's, and then the verdict
+    names what the checkout lists otherwise for the job's arch and toolchain (its own take effect
+    once merged)."""
+    source = ctx.options.gate_from
+    if source is None:
+        return run(job, ctx, ctx.pipeline)
+    result = run(job, ctx, source.applied_to(ctx.pipeline))
+    result.details["gate_from"], note = known_failures_verdict(ctx.pipeline, source, job.arch, job.toolchain)
+    result.message += note
+    return result

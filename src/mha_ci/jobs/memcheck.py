@@ -12,7 +12,9 @@ fault (mha_ci.payloads.memcheck_plant). Not run:
 
 Verdict: pass only when every self-test reported its plant, every problem of the shard ran clean
 under every tool and every variant of the shard launched. The report names, per failure, the
-problem, the kernel the sanitizer saw and its first lines. Files (relative to the run's out
+problem, the kernel the sanitizer saw and its first lines. Known findings are those of
+pipelines/known_failures.yaml (with `--gate-from`, the base checkout's, and the verdict names what
+the checkout lists otherwise: jobs.context.with_known_failures). Files (relative to the run's out
 folder): jobs/<id>/{report.json, logs/<tool>.log, logs/problems.json}, junit/<id>.xml.
 """
 from __future__ import annotations
@@ -24,7 +26,8 @@ from mha_ci.errors import ConfigError, ExitCode
 from mha_ci.files import write_atomic
 from mha_ci.executors.base import PayloadRun
 from mha_ci.jobs import JobResult
-from mha_ci.jobs.context import JobContext
+from mha_ci.jobs.context import JobContext, with_known_failures
+from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Job
 
 TOOLS = ("memcheck", "initcheck")
@@ -32,8 +35,13 @@ FAILURES_SHOWN = 10
 
 
 def run_job(job: Job, ctx: JobContext) -> JobResult:
+    return with_known_failures(_run, job, ctx)
+
+
+def _run(job: Job, ctx: JobContext, pipeline: Pipeline) -> JobResult:
+    """The shard with `pipeline`'s known findings (the base's with --gate-from)."""
     started = time.monotonic()
-    pipeline, out_dir = ctx.pipeline, ctx.out_dir
+    out_dir = ctx.out_dir
     arch = pipeline.archs[job.arch]
     if arch.compile_target is None:
         raise ConfigError(f"memcheck needs a GPU arch with a compile target; {arch.name} has none")

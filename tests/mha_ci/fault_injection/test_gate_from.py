@@ -84,6 +84,11 @@ def head(pipeline_root: Path, base: Path) -> Path:
     return root
 
 
+def gate(base: Path, checkout: Path):
+    """The --gate-from source `base`, read for judging `checkout`."""
+    return load_gate_source(base, load_pipeline(checkout))
+
+
 def judge(head: Path, out: Path, us: float, options: RunOptions = RunOptions(perf_subset="pr")):
     return perf_kind.run_job(JOB, JobContext(load_pipeline(head), Measures(us), out, options))
 
@@ -94,7 +99,7 @@ def test_a_pull_request_passes_its_own_loosened_gate(head, tmp_path):
 
 
 def test_with_gate_from_the_base_judges_and_the_report_names_the_changes(head, base, tmp_path):
-    options = RunOptions(perf_subset="pr", gate_from=load_gate_source(base))
+    options = RunOptions(perf_subset="pr", gate_from=gate(base, head))
     result = judge(head, tmp_path / "out", 200.0, options)
     assert result.verdict == "fail" and result.exit_code == ExitCode.GATE_FAILED
     assert result.details["summary"]["regression"] == result.details["shapes"] > 0
@@ -108,7 +113,7 @@ def test_with_gate_from_the_base_judges_and_the_report_names_the_changes(head, b
 
 
 def test_an_unchanged_gate_adds_no_line(base, tmp_path):
-    result = judge(base, tmp_path / "out", 100.0, RunOptions(perf_subset="pr", gate_from=load_gate_source(base)))
+    result = judge(base, tmp_path / "out", 100.0, RunOptions(perf_subset="pr", gate_from=gate(base, base)))
     assert result.verdict == "pass" and result.details["gate_from"]["changed"] == []
     assert "changes" not in result.message
 
@@ -118,7 +123,7 @@ def test_the_shapes_and_method_come_from_the_base_too(head, base, tmp_path):
     # on the base's subset.
     perf_yaml = head / "pipelines" / "perf.yaml"
     perf_yaml.write_text(perf_yaml.read_text().replace("size: 40", "size: 4", 1))
-    options = RunOptions(perf_subset="pr", gate_from=load_gate_source(base))
+    options = RunOptions(perf_subset="pr", gate_from=gate(base, head))
     result = judge(head, tmp_path / "out", 100.0, options)
     assert result.details["shapes"] == len(selected_workloads(load_pipeline(base), "pr")) > 4
     assert "pipelines/perf.yaml (gate, subset)" in result.message
@@ -126,7 +131,7 @@ def test_the_shapes_and_method_come_from_the_base_too(head, base, tmp_path):
 
 def test_a_baseline_only_the_pull_request_has_is_no_baseline(head, base, tmp_path):
     (base / BASELINE).unlink()
-    result = judge(head, tmp_path / "out", 200.0, RunOptions(perf_subset="pr", gate_from=load_gate_source(base)))
+    result = judge(head, tmp_path / "out", 200.0, RunOptions(perf_subset="pr", gate_from=gate(base, head)))
     assert result.verdict == "fail" and "no baseline" in result.message and "base" in result.message
 
 
@@ -140,7 +145,7 @@ def test_a_baseline_only_the_pull_request_has_is_no_baseline(head, base, tmp_pat
 def test_a_base_it_cannot_read_is_a_usage_error_never_a_fallback(head, base, tmp_path, capsys, breakage, phrase):
     breakage(base)
     with pytest.raises(ConfigError, match="--gate-from"):
-        load_gate_source(base)
+        load_gate_source(base, load_pipeline(head))
     code = main(["--root", str(head), "run", "--job", JOB.id, "--executor", "host", "--out", str(tmp_path / "o"),
                  "--gate-from", str(base)])
     assert code == ExitCode.CONFIG_ERROR
@@ -153,5 +158,5 @@ def test_a_baseline_linked_to_a_device_is_a_change_not_a_hang(head, base, tmp_pa
     # git stores a symbolic link: the pull request's baseline could point at /dev/zero.
     (head / BASELINE).unlink()
     (head / BASELINE).symlink_to("/dev/zero")
-    result = judge(head, tmp_path / "out", 100.0, RunOptions(perf_subset="pr", gate_from=load_gate_source(base)))
+    result = judge(head, tmp_path / "out", 100.0, RunOptions(perf_subset="pr", gate_from=gate(base, head)))
     assert result.verdict == "pass" and BASELINE in result.details["gate_from"]["changed"]

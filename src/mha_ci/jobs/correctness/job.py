@@ -6,7 +6,9 @@ Steps (each payload run goes through the executor, so venv, docker and host beha
 2. sharding.split over perf_baselines/test_durations/<arch>.json picks this shard's tests;
    the predicted balance of all N shards goes into the result.
 3. `correctness run` runs them: xdist workers = arch.workers, one GPU each, known failures of
-   (arch, toolchain) as strict xfail, TRITON_INTERPRET=1 on the interpreter arch.
+   (arch, toolchain) as strict xfail (with `--gate-from`, the base checkout's, and the verdict
+   names what the checkout lists otherwise: jobs.context.with_known_failures), TRITON_INTERPRET=1
+   on the interpreter arch.
 4. Verdict from the payload's exit and the JUnit XML: a shard that produced no JUnit result,
    or a JUnit file with zero tests, is a failure, never a pass.
 
@@ -29,7 +31,7 @@ from mha_ci.errors import ExitCode
 from mha_ci.executors.base import Executor, PayloadResult, PayloadRun
 from mha_ci.files import write_atomic
 from mha_ci.jobs import JobResult
-from mha_ci.jobs.context import JobContext
+from mha_ci.jobs.context import JobContext, with_known_failures
 from mha_ci.jobs.correctness import sharding
 from mha_ci.model.pipeline import Pipeline
 from mha_ci.model.types import Arch, Job
@@ -54,8 +56,13 @@ def _selected(tests: list[str], select: Sequence[str], result: JobResult) -> lis
 
 
 def run_job(job: Job, ctx: JobContext) -> JobResult:
+    return with_known_failures(_run, job, ctx)
+
+
+def _run(job: Job, ctx: JobContext, pipeline: Pipeline) -> JobResult:
+    """The job with `pipeline`'s known failures (the base's with --gate-from)."""
     started = time.monotonic()
-    pipeline, executor, out_dir = ctx.pipeline, ctx.executor, ctx.out_dir
+    executor, out_dir = ctx.executor, ctx.out_dir
     arch = pipeline.archs[job.arch]
     toolchain = pipeline.toolchains[job.toolchain].on(arch.platform)
     index, count = job.shard or 1, job.shards or 1
