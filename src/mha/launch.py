@@ -34,6 +34,7 @@ import torch
 import triton
 
 from . import config as config_mod
+from . import tile_schedule
 from .kernels import backward as bwd_kernels
 from .kernels.backward import attn_bwd_dkdv, attn_bwd_dkdv_dq, attn_bwd_dq, attn_bwd_preprocess
 from .kernels.backward_ws import DO_NOT_SPECIALIZE as WS_DO_NOT_SPECIALIZE
@@ -231,7 +232,8 @@ def _gluon_forward_spec(dtype: str, dqk: int, dv: int, causal: bool, bucket: str
     from .kernels import forward_gluon  # Triton with Gluon only: a config selected it for this toolchain
     constexprs = forward_gluon.constexprs(dqk, dv, block_n, stages, causal)
     signature = forward_gluon.signature_types(dtype, dqk, dv, block_n) | {
-        "Lse": "*fp32", "qk_scale": "fp32", "seqlen_q": "i32", "seqlen_k": "i32", "num_heads_q": "i32", "group": "i32"}
+        "Lse": "*fp32", "qk_scale": "fp32", "seqlen_q": "i32", "seqlen_k": "i32", "num_heads_q": "i32", "group": "i32",
+        "batch": "i32"}
     fn = forward_gluon.attn_fwd_gluon
     return KernelSpec("fwd_gluon", fn, _ordered(fn, signature, constexprs), constexprs, num_warps, stages, bucket,
                       "forward", {"maxnreg": forward_gluon.MAXNREG})
@@ -549,10 +551,17 @@ def forward_gluon(spec: KernelSpec, geo: Geometry, q, k, v, softmax_scale: float
     out = torch.empty((geo.batch, geo.seqlen_q, geo.heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
     lse = torch.empty((geo.batch, geo.heads_q, geo.seqlen_q), dtype=torch.float32, device=q.device)
     descs = kernel.descriptors(q, k, v, out, DTYPE_NAMES[q.dtype], spec.constexprs["BLOCK_N"])
-    grid = tile_grid(geo.batch, geo.heads_q, geo.seqlen_q, spec.constexprs["CAUSAL"])
+    grid = (kernel.programs(q.device, _gluon_forward_problem(spec, geo)),)
     _launch(spec, grid, [*descs, lse, softmax_scale * LOG2E, geo.seqlen_q, geo.seqlen_k, geo.heads_q,
-                         geo.heads_q // geo.heads_k])
+                         geo.heads_q // geo.heads_k, geo.batch])
     return out, lse
+
+
+def _gluon_forward_problem(spec: KernelSpec, geo: Geometry) -> tile_schedule.Problem:
+    c = spec.constexprs
+    return tile_schedule.Problem(slices=geo.batch * geo.heads_q, tiles_per_slice=geo.seqlen_q // c["BLOCK_M"],
+                                 seqlen_q=geo.seqlen_q, seqlen_k=geo.seqlen_k, causal=c["CAUSAL"],
+                                 head_group=c["HEAD_GROUP"], block_m=c["BLOCK_M"], block_n=c["BLOCK_N"])
 
 
 # The outputs a kernel adds up in an order that changes from run to run (atomics): their bits are

@@ -4,6 +4,7 @@ reference (through the public API, so the backward runs on its out and lse).
 
 The kernel is Gluon, which the interpreter cannot run: on the CPU only the selection is tested
 here; the code-object records (the checksums job) compile it for sm90 without a GPU."""
+import dataclasses
 import types
 
 import pytest
@@ -142,7 +143,8 @@ def test_the_pe_gluon_config_is_shaped_as_every_gluon_forward():
 needs_gluon = pytest.mark.skipif(HAS_CUDA and not SELECTED_HERE,
                                  reason="this toolchain's config does not select the Gluon forward")
 # Dqk == Dv, and Dqk 192 / Dv 128 (the `pe` bucket's split head dim) in the same geometries.
-RESULT_CASES = GLUON_CASES | {f"pe_{name}": case for name, case in GLUON_PE_CASES.items()}
+RESULT_CASES = (GLUON_CASES | {f"pe_{name}": case for name, case in GLUON_PE_CASES.items()}
+                | {f"d64_{name}": dataclasses.replace(case, dqk=64, dv=64) for name, case in GLUON_CASES.items()})
 
 
 @pytest.mark.gpu
@@ -151,6 +153,19 @@ RESULT_CASES = GLUON_CASES | {f"pe_{name}": case for name, case in GLUON_PE_CASE
 @pytest.mark.parametrize("case", RESULT_CASES.values(), ids=RESULT_CASES.keys())
 def test_results(case, dtype, device, launched):
     run_dense(case, dtype, device)
+    assert launched[0] == "fwd_gluon"
+
+
+@pytest.mark.gpu
+@needs_gluon
+@pytest.mark.parametrize("case", RESULT_CASES.values(), ids=RESULT_CASES.keys())
+def test_results_when_each_program_walks_many_tiles(case, device, launched, monkeypatch):
+    """Three programs, so each walks several tiles and its K/V rings, turns and Q buffers run on
+    across tiles (the test problems are smaller than a persistent grid, which the default grid
+    therefore launches one program per tile for)."""
+    from mha.kernels import forward_gluon
+    monkeypatch.setenv(forward_gluon.PROGRAMS_ENV, "3")
+    run_dense(case, torch.bfloat16, device)
     assert launched[0] == "fwd_gluon"
 
 

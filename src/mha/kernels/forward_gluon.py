@@ -37,6 +37,9 @@ Sk positive multiples of 128 (descriptors see the tensors as (B*S, H*D) matrices
 not straddle two batches), and for causal Sk >= Sq (every row sees a key). With FOLD_SCALE, a
 positive softmax scale (mha.launch.gluon_scale_ok).
 """
+import functools
+import os
+
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -49,11 +52,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from .. import tile_schedule
 from ..config import GLUON_TILE_ROWS as BLOCK_M   # the config file's check and the launch know it too
 
 # Lengths and head counts never change the code (as in mha.kernels.forward); the lengths are
 # multiples of 128 here, which the JIT would otherwise specialize on.
-DO_NOT_SPECIALIZE = ("seqlen_q", "seqlen_k", "num_heads_q", "group")
+DO_NOT_SPECIALIZE = ("seqlen_q", "seqlen_k", "num_heads_q", "group", "batch")
 NUM_CONSUMERS = 2
 # Ping-pong: the two consumer warpgroups take turns to issue their wgmma pair (QK^T of block j, PV
 # of block j-1), so one group's GEMMs run while the other works through its softmax (FA3's
@@ -70,6 +74,11 @@ FOLD_SCALE = True
 # L2 holds. The other causal grids (HEAD_GROUP 0) keep the one-pass order: their GQA K/V fits in
 # L2 in any order, and grouping only lengthens the tail (docs/configs.md has the measurements).
 PE_HEAD_GROUP = 4
+# The grid: one program per SM walks tiles t = pid, pid + programs, ... in the launch order above,
+# so a program's next Q (a second buffer where shared memory allows) and K/V blocks load while it
+# finishes the current tile; with a program per tile those waits are exposed. mha.tile_schedule
+# chooses one program per tile where a static stride would spread causal tiles unevenly.
+PROGRAMS_ENV = "MHA_GLUON_PROGRAMS"
 # Registers: 2 consumer warpgroups + the loader's warpgroup share the 64K register file, so the
 # launch bound is 65536 / (3 * 128) rounded down to 8; setmaxnreg then moves registers from the
 # loader (24) to the consumers (240): 2 * 128 * 240 + 128 * 24 = 64512.
@@ -81,25 +90,90 @@ CONSUMER_REGS = 240
 LN2: gl.constexpr = gl.constexpr(0.6931471805599453)
 
 
+# ----------------------------------------------------------------------------- tiles
+@gluon.jit
+def _tile(t, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group, BLOCK_M: gl.constexpr,
+          BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, HEAD_DQK1: gl.constexpr, CAUSAL: gl.constexpr,
+          HEAD_GROUP: gl.constexpr):
+    """Tile t of the launch order: its rows and columns in the (B*S, H*D) views, its lse offset,
+    first query row, and its key blocks (wholly visible ones, all)."""
+    if CAUSAL and HEAD_GROUP > 0:
+        # HEAD_GROUP slices at a time, and in each group the last query tile first: the tiles in
+        # flight share a few slices' K/V in L2, and each group's longest tiles still start first.
+        first = t // (HEAD_GROUP * n_tiles) * HEAD_GROUP
+        size = gl.minimum(n_slices - first, HEAD_GROUP)
+        r = t - first * n_tiles
+        pid_bh = first + r % size
+        pid_m = n_tiles - 1 - r // size
+    elif CAUSAL:
+        # The last query tile of every slice first: the longest causal tiles start in the first
+        # waves and the short ones fill the tail.
+        pid_bh = t % n_slices
+        pid_m = n_tiles - 1 - t // n_slices
+    else:
+        # A slice's query tiles together: they share its K/V in L2.
+        pid_m = t % n_tiles
+        pid_bh = t // n_tiles
+    HEAD_DQK: gl.constexpr = HEAD_DIM + HEAD_DQK1
+    b = pid_bh // num_heads_q
+    h = pid_bh % num_heads_q
+    hk = h // group                       # GQA: q-heads [hk*group, (hk+1)*group) share K/V head hk
+    m0 = pid_m * BLOCK_M
+    diag_off = seqlen_k - seqlen_q        # bottom-right aligned causal diagonal
+    if CAUSAL:
+        # Blocks wholly visible to row m0 (hence to all rows of the tile), then up to the last
+        # key row m0 + BLOCK_M - 1 can see.
+        n_full = (m0 + diag_off) // BLOCK_N
+        n_total = (m0 + diag_off + BLOCK_M) // BLOCK_N
+    else:
+        n_full = seqlen_k // BLOCK_N
+        n_total = n_full
+    return (b * seqlen_q + m0, h * HEAD_DQK, h * HEAD_DIM, b * seqlen_k, hk * HEAD_DQK, hk * HEAD_DIM,
+            pid_bh * seqlen_q, m0, n_full, n_total)
+
+
 # ----------------------------------------------------------------------------- loader partition
 @gluon.jit
-def _loader(q_desc, q2_desc, k_desc, k2_desc, v_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, k_ready,
-            k_empty, v_ready, v_empty, q_row, q_col, kv_row, kv_col, v_col, n_total,
-            NUM_CONSUMERS: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            HEAD_DIM: gl.constexpr, HEAD_DQK1: gl.constexpr):
-    # Q: one box per consumer (two with a second head-dim part), one barrier for all (both
-    # consumers start together anyway).
-    if HEAD_DQK1 > 0:
-        mbarrier.expect(q_bar, NUM_CONSUMERS * (q_desc.block_type.nbytes + q2_desc.block_type.nbytes))
-    else:
-        mbarrier.expect(q_bar, NUM_CONSUMERS * q_desc.block_type.nbytes)
-    for c in gl.static_range(NUM_CONSUMERS):
-        tma.async_copy_global_to_shared(q_desc, [q_row + c * ROWS, q_col], q_bar, q_smem.index(c))
+def _loader(q_desc, q2_desc, k_desc, k2_desc, v_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, q_empty,
+            k_ready, k_empty, v_ready, v_empty, start, step, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q,
+            group, NUM_CONSUMERS: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            HEAD_DIM: gl.constexpr, HEAD_DQK1: gl.constexpr, CAUSAL: gl.constexpr, HEAD_GROUP: gl.constexpr,
+            Q_BUFS: gl.constexpr):
+    base = 0   # K/V blocks of this program's earlier tiles: the rings' slots and phases run on
+    i = 0      # this program's tiles so far
+    for t in range(start, n_slices * n_tiles, step):
+        q_row, q_col, o_col, kv_row, kv_col, v_col, lse_off, m0, n_full, n_total = _tile(
+            t, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group, 2 * ROWS, BLOCK_N, HEAD_DIM, HEAD_DQK1,
+            CAUSAL, HEAD_GROUP)
+        qb = i % Q_BUFS
+        # Q: one box per consumer (two with a second head-dim part), one barrier for all (both
+        # consumers start together anyway), into a buffer both consumers have released (they
+        # stage O in it): a fresh "empty" barrier passes at once.
+        mbarrier.wait(q_empty.index(qb), ((i // Q_BUFS) & 1) ^ 1)
         if HEAD_DQK1 > 0:
-            tma.async_copy_global_to_shared(q2_desc, [q_row + c * ROWS, q_col + HEAD_DIM], q_bar, q2_smem.index(c))
+            mbarrier.expect(q_bar.index(qb), NUM_CONSUMERS * (q_desc.block_type.nbytes + q2_desc.block_type.nbytes))
+        else:
+            mbarrier.expect(q_bar.index(qb), NUM_CONSUMERS * q_desc.block_type.nbytes)
+        for c in gl.static_range(NUM_CONSUMERS):
+            tma.async_copy_global_to_shared(q_desc, [q_row + c * ROWS, q_col], q_bar.index(qb),
+                                            q_smem.index(qb * NUM_CONSUMERS + c))
+            if HEAD_DQK1 > 0:
+                tma.async_copy_global_to_shared(q2_desc, [q_row + c * ROWS, q_col + HEAD_DIM], q_bar.index(qb),
+                                                q2_smem.index(qb * NUM_CONSUMERS + c))
+        _load_kv(k_desc, k2_desc, v_desc, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, base, kv_row,
+                 kv_col, v_col, n_total, BLOCK_N, STAGES, HEAD_DIM, HEAD_DQK1)
+        base += n_total
+        i += 1
+
+
+@gluon.jit
+def _load_kv(k_desc, k2_desc, v_desc, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, base, kv_row,
+             kv_col, v_col, n_total, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HEAD_DIM: gl.constexpr,
+             HEAD_DQK1: gl.constexpr):
+    """One tile's K and V blocks into the rings, slots counted on from `base`."""
     for j in range(n_total):
-        st = j % STAGES
-        ph = (j // STAGES) & 1
+        st = (base + j) % STAGES
+        ph = ((base + j) // STAGES) & 1
         # A fresh mbarrier counts as having completed the phase before phase 0, so the first
         # round (ph = 0) waits for parity 1 and passes at once: all slots start empty.
         mbarrier.wait(k_empty.index(st), ph ^ 1)
@@ -117,24 +191,26 @@ def _loader(q_desc, q2_desc, k_desc, k2_desc, v_desc, q_smem, q2_smem, k_smem, k
 
 # ----------------------------------------------------------------------------- consumer partition
 @gluon.jit
-def _step(j, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m_i, l_i, qk_scale,
-          rows, cols0, diag_off, turn_mine, turn_other,
+def _step(j, base, turn_base, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op, m_i,
+          l_i, qk_scale, rows, cols0, diag_off, turn_mine, turn_other,
           MASK: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
           s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
           PINGPONG: gl.constexpr, FIRST: gl.constexpr, FOLD: gl.constexpr, HEAD_DQK1: gl.constexpr):
-    """Key block j: S_j = Q K_j^T, O += P_{j-1} V_{j-1}, softmax of S_j overlapping that PV."""
+    """Key block j of the tile: S_j = Q K_j^T, O += P_{j-1} V_{j-1}, softmax of S_j overlapping that
+    PV. Ring slots count on from `base` (the program's earlier tiles' blocks), turns from `turn_base`."""
     ROWS: gl.constexpr = q.shape[0]
-    st = j % STAGES
-    ph = (j // STAGES) & 1
-    pj = j - 1
+    st = (base + j) % STAGES
+    ph = ((base + j) // STAGES) & 1
+    pj = base + j - 1
     pst = pj % STAGES
     pph = (pj // STAGES) & 1
 
     mbarrier.wait(k_ready.index(st), ph)
     if PINGPONG:
-        # Turn k = j - 1 of this group: the first group's turn 0 passes at once (a fresh barrier's
-        # phase "-1" is complete), every later turn waits for the other group's previous issue.
-        mbarrier.wait(turn_mine, ((j - 1) & 1) ^ FIRST)
+        # Turn k = turn_base + j - 1 of this group: the first group's turn 0 passes at once (a fresh
+        # barrier's phase "-1" is complete), every later turn waits for the other group's previous
+        # issue. Both groups take the same number of turns per tile, so the count runs on.
+        mbarrier.wait(turn_mine, ((turn_base + j - 1) & 1) ^ FIRST)
     zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
     s_tok = warpgroup_mma(q, k_smem.index(st).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     if HEAD_DQK1 > 0:
@@ -172,11 +248,13 @@ def _step(j, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
 
 
 @gluon.jit
-def _consumer(CID: gl.constexpr, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, k_ready, k_empty, v_ready,
-              v_empty, Lse, qk_scale, q_row, o_col, lse_off, m0, diag_off, n_full, n_total, turn,
-              ROWS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, HEAD_DQK1: gl.constexpr):
+def _consumer(CID: gl.constexpr, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, q_empty, k_ready, k_empty,
+              v_ready, v_empty, Lse, qk_scale, start, step, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group,
+              turn, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, HEAD_DQK1: gl.constexpr,
+              HEAD_GROUP: gl.constexpr, Q_BUFS: gl.constexpr):
     NW: gl.constexpr = gl.num_warps()
+    NUM_CONSUMERS: gl.constexpr = 2
     # wgmma accumulator layouts: m16 x n x k16 (16-bit inputs), warps stacked along rows.
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -186,142 +264,125 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_sme
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
-
-    q = q_smem.index(CID)
-    q2 = q2_smem.index(CID)
     turn_mine = turn.index(CID)
     turn_other = turn.index(1 - CID)
-    rows = m0 + CID * ROWS + gl.arange(0, ROWS, layout=row_layout)   # query positions
     cols0 = gl.arange(0, BLOCK_N, layout=col_layout)
 
-    # Block 0 alone: nothing to overlap with yet. Masked when causal (a no-op unless block 0 is
-    # on the diagonal; cheaper than a run-time branch between two prologues).
-    mbarrier.wait(q_bar, 0)
-    mbarrier.wait(k_ready.index(0), 0)
-    zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
-    s_tok = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    if HEAD_DQK1 > 0:
-        s_tok = warpgroup_mma(q2, k2_smem.index(0).permute((1, 0)), s_tok, is_async=True)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
-    mbarrier.arrive(k_empty.index(0), count=1)
-    if not FOLD:
-        s = s * qk_scale
-    if CAUSAL:
-        s = gl.where(cols0[None, :] <= (rows + diag_off)[:, None], s, float("-inf"))
-    if FOLD:
-        m_i = gl.max(s, axis=1) * qk_scale
-        p = gl.exp2(s * qk_scale - m_i[:, None])
-    else:
-        m_i = gl.max(s, axis=1)
-        p = gl.exp2(s - m_i[:, None])
-    l_i = gl.sum(p, axis=1)
-    p_op = gl.convert_layout(p.to(q.dtype), p_layout)
-    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+    base = 0        # K/V blocks of this program's earlier tiles (ring slots and phases run on)
+    turn_base = 0   # turns taken in this program's earlier tiles
+    i = 0           # this program's tiles so far
+    for t in range(start, n_slices * n_tiles, step):
+        q_row, q_col, o_col, kv_row, kv_col, v_col, lse_off, m0, n_full, n_total = _tile(
+            t, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group, NUM_CONSUMERS * ROWS, BLOCK_N, HEAD_DIM,
+            HEAD_DQK1, CAUSAL, HEAD_GROUP)
+        diag_off = seqlen_k - seqlen_q
+        qb = i % Q_BUFS
+        q = q_smem.index(qb * NUM_CONSUMERS + CID)
+        q2 = q2_smem.index(qb * NUM_CONSUMERS + CID)
+        rows = m0 + CID * ROWS + gl.arange(0, ROWS, layout=row_layout)   # query positions
 
-    # Off-band blocks: no mask.
-    for j in range(1, n_full):
-        acc, p_op, m_i, l_i = _step(j, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc, p_op,
-                                    m_i, l_i, qk_scale, rows, cols0, diag_off, turn_mine, turn_other, False, STAGES,
-                                    BLOCK_N, s_layout, o_layout, p_layout, PINGPONG, 1 - CID, FOLD, HEAD_DQK1)
-    if CAUSAL:
-        # Diagonal blocks: masked.
-        for j in range(gl.maximum(n_full, 1), n_total):
-            acc, p_op, m_i, l_i = _step(j, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, acc,
-                                        p_op, m_i, l_i, qk_scale, rows, cols0, diag_off, turn_mine, turn_other, True,
-                                        STAGES, BLOCK_N, s_layout, o_layout, p_layout, PINGPONG, 1 - CID, FOLD,
-                                        HEAD_DQK1)
+        # Block 0 alone: nothing to overlap with yet. Masked when causal (a no-op unless block 0
+        # is on the diagonal; cheaper than a run-time branch between two prologues).
+        st0 = base % STAGES
+        mbarrier.wait(q_bar.index(qb), (i // Q_BUFS) & 1)
+        mbarrier.wait(k_ready.index(st0), (base // STAGES) & 1)
+        zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+        s_tok = warpgroup_mma(q, k_smem.index(st0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        if HEAD_DQK1 > 0:
+            s_tok = warpgroup_mma(q2, k2_smem.index(st0).permute((1, 0)), s_tok, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
+        mbarrier.arrive(k_empty.index(st0), count=1)
+        if not FOLD:
+            s = s * qk_scale
+        if CAUSAL:
+            s = gl.where(cols0[None, :] <= (rows + diag_off)[:, None], s, float("-inf"))
+        if FOLD:
+            m_i = gl.max(s, axis=1) * qk_scale
+            p = gl.exp2(s * qk_scale - m_i[:, None])
+        else:
+            m_i = gl.max(s, axis=1)
+            p = gl.exp2(s - m_i[:, None])
+        l_i = gl.sum(p, axis=1)
+        p_op = gl.convert_layout(p.to(q.dtype), p_layout)
+        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
 
-    # Last PV.
-    last = n_total - 1
-    lst = last % STAGES
-    mbarrier.wait(v_ready.index(lst), (last // STAGES) & 1)
-    acc_tok = warpgroup_mma(p_op, v_smem.index(lst), acc, is_async=True)
-    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p_op))
-    mbarrier.arrive(v_empty.index(lst), count=1)
+        # Off-band blocks: no mask.
+        for j in range(1, n_full):
+            acc, p_op, m_i, l_i = _step(j, base, turn_base, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready,
+                                        v_empty, acc, p_op, m_i, l_i, qk_scale, rows, cols0, diag_off, turn_mine,
+                                        turn_other, False, STAGES, BLOCK_N, s_layout, o_layout, p_layout, PINGPONG,
+                                        1 - CID, FOLD, HEAD_DQK1)
+        if CAUSAL:
+            # Diagonal blocks: masked.
+            for j in range(gl.maximum(n_full, 1), n_total):
+                acc, p_op, m_i, l_i = _step(j, base, turn_base, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty,
+                                            v_ready, v_empty, acc, p_op, m_i, l_i, qk_scale, rows, cols0, diag_off,
+                                            turn_mine, turn_other, True, STAGES, BLOCK_N, s_layout, o_layout,
+                                            p_layout, PINGPONG, 1 - CID, FOLD, HEAD_DQK1)
 
-    # lse (natural log) per row; every causal row sees key 0.. so l_i > 0 here.
-    lse = (m_i + gl.log2(l_i)) * LN2
-    gl.store(Lse + lse_off + rows, lse)
+        # Last PV.
+        last = base + n_total - 1
+        lst = last % STAGES
+        mbarrier.wait(v_ready.index(lst), (last // STAGES) & 1)
+        acc_tok = warpgroup_mma(p_op, v_smem.index(lst), acc, is_async=True)
+        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p_op))
+        mbarrier.arrive(v_empty.index(lst), count=1)
 
-    out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-    # Reuse this consumer's Q slot (the first part's: HEAD_DIM = Dv wide) as the O staging buffer:
-    # its last reader (the final QK^T wgmma) has retired. Generic-proxy stores, then a fence before
-    # the async-proxy TMA store.
-    q.store(out.to(q.dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [q_row + CID * ROWS, o_col], q)
-    tma.store_wait(pendings=0)
+        # lse (natural log) per row; every causal row sees key 0.. so l_i > 0 here.
+        lse = (m_i + gl.log2(l_i)) * LN2
+        gl.store(Lse + lse_off + rows, lse)
+
+        out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+        # Reuse this consumer's Q slot (the first part's: HEAD_DIM = Dv wide) as the O staging
+        # buffer: its last reader (the final QK^T wgmma) has retired. Generic-proxy stores, then a
+        # fence before the async-proxy TMA store; once that store has read the slot, the buffer
+        # goes back to the loader for a later tile's Q.
+        q.store(out.to(q.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [q_row + CID * ROWS, o_col], q)
+        tma.store_wait(pendings=0)
+        mbarrier.arrive(q_empty.index(qb), count=1)
+        base += n_total
+        turn_base += n_total - 1
+        i += 1
 
 
 # ----------------------------------------------------------------------------- kernel
 @gluon.jit(do_not_specialize=DO_NOT_SPECIALIZE)
 def attn_fwd_gluon(q_desc, q2_desc, k_desc, k2_desc, v_desc, o_desc, Lse, qk_scale, seqlen_q, seqlen_k, num_heads_q,
-                    group, HEAD_DIM: gl.constexpr, HEAD_DQK1: gl.constexpr, BLOCK_M: gl.constexpr,
+                    group, batch, HEAD_DIM: gl.constexpr, HEAD_DQK1: gl.constexpr, BLOCK_M: gl.constexpr,
                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
                     LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr,
-                    FOLD_SCALE: gl.constexpr, HEAD_GROUP: gl.constexpr):
+                    FOLD_SCALE: gl.constexpr, HEAD_GROUP: gl.constexpr, Q_BUFS: gl.constexpr):
     ROWS: gl.constexpr = BLOCK_M // NUM_CONSUMERS
-    HEAD_DQK: gl.constexpr = HEAD_DIM + HEAD_DQK1
     dtype: gl.constexpr = q_desc.dtype
-    if CAUSAL and HEAD_GROUP > 0:
-        # Grid (slices, tiles), walked HEAD_GROUP slices at a time, and in each group the last
-        # query tile first: the programs in flight at once share a few slices' K/V in L2, and
-        # each group's longest tiles still start first.
-        n_slices = gl.num_programs(0)
-        n_tiles = gl.num_programs(1)
-        launched = gl.program_id(1) * n_slices + gl.program_id(0)    # the program's place in launch order
-        first = launched // (HEAD_GROUP * n_tiles) * HEAD_GROUP
-        size = gl.minimum(n_slices - first, HEAD_GROUP)
-        r = launched - first * n_tiles
-        pid_bh = first + r % size
-        pid_m = n_tiles - 1 - r // size
-    elif CAUSAL:
-        # Grid (slices, tiles), the last query tile first: the GPU starts programs in grid order,
-        # so the longest causal tiles of every head start in the first waves and the short ones
-        # fill the tail (in query order, the longest ran last and a few heads left SMs idle).
-        pid_bh = gl.program_id(0)
-        pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
-    else:
-        # Grid (tiles, slices): a head's query tiles run together and share its K/V in L2.
-        pid_m = gl.program_id(0)
-        pid_bh = gl.program_id(1)
-    b = pid_bh // num_heads_q
-    h = pid_bh % num_heads_q
-    hk = h // group                       # GQA: q-heads [hk*group, (hk+1)*group) share K/V head hk
-    m0 = pid_m * BLOCK_M
-    q_row = b * seqlen_q + m0
-    q_col = h * HEAD_DQK
-    o_col = h * HEAD_DIM
-    kv_row = b * seqlen_k
-    kv_col = hk * HEAD_DQK
-    v_col = hk * HEAD_DIM
-    lse_off = pid_bh * seqlen_q            # lse is (B, Hq, Sq)
-    diag_off = seqlen_k - seqlen_q          # bottom-right aligned causal diagonal
-    if CAUSAL:
-        # Blocks wholly visible to row m0 (hence to all rows of the tile), then up to the last
-        # key row m0 + BLOCK_M - 1 can see.
-        n_full = (m0 + diag_off) // BLOCK_N
-        n_total = (m0 + diag_off + BLOCK_M) // BLOCK_N
-    else:
-        n_full = seqlen_k // BLOCK_N
-        n_total = n_full
+    # A 1-D grid of any size up to the tiles: program p takes tiles p, p + programs, ... (_tile
+    # gives the order), so a grid of one program per tile and a persistent one run the same code.
+    n_tiles = seqlen_q // BLOCK_M
+    n_slices = batch * num_heads_q
+    start = gl.program_id(0)
+    step = gl.num_programs(0)
 
-    q_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, ROWS, HEAD_DIM], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * NUM_CONSUMERS, ROWS, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     if HEAD_DQK1 > 0:
-        q2_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, ROWS, HEAD_DQK1], q2_desc.layout)
+        q2_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * NUM_CONSUMERS, ROWS, HEAD_DQK1], q2_desc.layout)
         k2_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DQK1], k2_desc.layout)
     else:
         q2_smem = q_smem   # not read: every use is under HEAD_DQK1 > 0
         k2_smem = k_smem
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
+    for qb in gl.static_range(Q_BUFS):
+        mbarrier.init(q_bar.index(qb), count=1)
+        # one arrive per consumer once its O has left the buffer
+        mbarrier.init(q_empty.index(qb), count=NUM_CONSUMERS)
     for c in gl.static_range(NUM_CONSUMERS):
         mbarrier.init(turn.index(c), count=1)
     for i in gl.static_range(STAGES):
@@ -335,15 +396,18 @@ def attn_fwd_gluon(q_desc, q2_desc, k_desc, k2_desc, v_desc, o_desc, Lse, qk_sca
     # Argument tuples are written out at each call: a tuple assigned to a name first has its
     # constexprs turned into int32 scalars (Triton 3.8 assignment semantics).
     gl.warp_specialize([
-        (_consumer, (0, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
-                     Lse, qk_scale, q_row, o_col, lse_off, m0, diag_off, n_full, n_total, turn, ROWS, HEAD_DIM,
-                     BLOCK_N, STAGES, CAUSAL, PINGPONG, FOLD_SCALE, HEAD_DQK1)),
-        (_consumer, (1, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
-                     Lse, qk_scale, q_row, o_col, lse_off, m0, diag_off, n_full, n_total, turn, ROWS, HEAD_DIM,
-                     BLOCK_N, STAGES, CAUSAL, PINGPONG, FOLD_SCALE, HEAD_DQK1)),
-        (_loader, (q_desc, q2_desc, k_desc, k2_desc, v_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, k_ready,
-                   k_empty, v_ready, v_empty, q_row, q_col, kv_row, kv_col, v_col, n_total, NUM_CONSUMERS, ROWS,
-                   BLOCK_N, STAGES, HEAD_DIM, HEAD_DQK1)),
+        (_consumer, (0, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, q_empty, k_ready, k_empty, v_ready,
+                     v_empty, Lse, qk_scale, start, step, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group,
+                     turn, ROWS, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, PINGPONG, FOLD_SCALE, HEAD_DQK1, HEAD_GROUP,
+                     Q_BUFS)),
+        (_consumer, (1, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, q_empty, k_ready, k_empty, v_ready,
+                     v_empty, Lse, qk_scale, start, step, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group,
+                     turn, ROWS, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, PINGPONG, FOLD_SCALE, HEAD_DQK1, HEAD_GROUP,
+                     Q_BUFS)),
+        (_loader, (q_desc, q2_desc, k_desc, k2_desc, v_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, q_empty,
+                   k_ready, k_empty, v_ready, v_empty, start, step, n_slices, n_tiles, seqlen_q, seqlen_k,
+                   num_heads_q, group, NUM_CONSUMERS, ROWS, BLOCK_N, STAGES, HEAD_DIM, HEAD_DQK1, CAUSAL, HEAD_GROUP,
+                   Q_BUFS)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -390,7 +454,27 @@ def constexprs(dqk: int, dv: int, block_n: int, stages: int, causal: bool) -> di
             "CAUSAL": causal, "NUM_CONSUMERS": NUM_CONSUMERS, "LOADER_REGS": LOADER_REGS,
             "CONSUMER_REGS": CONSUMER_REGS, "PINGPONG": PINGPONG, "FOLD_SCALE": FOLD_SCALE,
             "HEAD_GROUP": PE_HEAD_GROUP if dqk > dv else 0,
+            # a second Q buffer where shared memory has room for it (not beside the split head
+            # dim's second parts)
+            "Q_BUFS": 1 if dqk > dv else 2,
             **no_second_part}
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def programs(device: torch.device, problem: tile_schedule.Problem) -> int:
+    """The grid's size: tile_schedule.grid_size on this GPU's SMs (a program takes a whole SM's
+    registers). MHA_GLUON_PROGRAMS overrides it for tests and diagnosis: "tiles" launches one
+    program per tile, a number that many programs (so that a small problem walks many tiles per
+    program)."""
+    forced = os.environ.get(PROGRAMS_ENV)
+    if forced:
+        return problem.tiles if forced == "tiles" else min(problem.tiles, int(forced))
+    sms = _multiprocessors(device.index if device.index is not None else torch.cuda.current_device())
+    return tile_schedule.grid_size(problem, sms)
 
 
 def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, dtype: str, block_n: int):
