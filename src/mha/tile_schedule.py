@@ -26,8 +26,9 @@ IMBALANCE_LIMIT = 1.10
 # programs in flight on a few slices' K/V in L2; programs walking long slices with a static stride
 # drift apart and lose that, however even their loads. Measured: 8 tiles per slice gained, 64 lost.
 GROUPED_MAX_TILES_PER_SLICE = 8
-# Above this many tiles a program walks >= 100 of them in the ungrouped order and the stride's
-# imbalance stays small; modelling them would cost the first call more than it could save.
+# Above this many tiles a program walks >= 100 of them and the stride's imbalance stays small (in
+# the grouped order only slices of at most 8 tiles get this far); modelling them would cost the
+# first call more than it could save.
 MODELLED_TILES = 16384
 
 
@@ -100,6 +101,6 @@ def grid_size(problem: Problem, sms: int) -> int:
         return min(problem.tiles, sms)
     if problem.head_group > 0 and problem.tiles_per_slice > GROUPED_MAX_TILES_PER_SLICE:
         return problem.tiles
-    if problem.tiles > MODELLED_TILES and problem.head_group == 0:
+    if problem.tiles > MODELLED_TILES:
         return sms
     return sms if imbalance(problem, sms) <= IMBALANCE_LIMIT else problem.tiles

@@ -46,6 +46,7 @@ def test_a_static_stride_against_first_free_scheduling():
     (problem(1, 128, 8192, True, head_group=4), 8192),      # +12.0 %, balanced: the L2 grouping
     (problem(8, 16, 1024, True, head_group=4), 132),        # -8.1 %
     (problem(64, 128, 8192, True), 132),                    # past the modelled size
+    (problem(64, 128, 1024, True, head_group=4), 132),      # the same, slices of 8 tiles
 ])
 def test_the_grid_chosen_for_measured_shapes(shape, grid):
     assert ts.grid_size(shape, 132) == grid
