@@ -49,6 +49,18 @@ def pipeline_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def sibling_checkout(pipeline_root: Path):
+    """`make(name)`: another checkout root beside `pipeline_root` with a copy of its pipelines/
+    and containers/ (a base branch and a pull request, say), to edit apart."""
+    def make(name: str) -> Path:
+        root = pipeline_root.parent / f"{pipeline_root.name}-{name}"
+        for folder in ("pipelines", "containers"):
+            shutil.copytree(pipeline_root / folder, root / folder)
+        return root
+    return make
+
+
+@pytest.fixture
 def torch_python() -> str:
     """A Python with torch: $MHA_CI_TEST_TORCH_PYTHON, else the golden toolchain's venv in the
     machine's cache (built or reused through the venv executor, as `mha-ci run` would)."""

@@ -59,25 +59,18 @@ def store_baseline(root: Path, us: float) -> None:
     path.write_text(json.dumps(doc([entry(k, us) for k in keys])))
 
 
-def checkout(pipeline_root: Path, name: str) -> Path:
-    root = pipeline_root.parent / f"{pipeline_root.name}-{name}"
-    for folder in ("pipelines", "containers"):
-        shutil.copytree(pipeline_root / folder, root / folder)
-    return root
-
-
 @pytest.fixture
-def base(pipeline_root: Path) -> Path:
+def base(sibling_checkout) -> Path:
     """The base branch: pipelines/ as committed and a baseline of 100 us a shape."""
-    root = checkout(pipeline_root, "base")
+    root = sibling_checkout("base")
     store_baseline(root, 100.0)
     return root
 
 
 @pytest.fixture
-def head(pipeline_root: Path, base: Path) -> Path:
+def head(sibling_checkout, base: Path) -> Path:
     """The pull request: the floor at the most validate allows, and its own baseline at 200 us."""
-    root = checkout(pipeline_root, "head")
+    root = sibling_checkout("head")
     perf_yaml = root / "pipelines" / "perf.yaml"
     perf_yaml.write_text(perf_yaml.read_text().replace("floor_pct: 3.0", "floor_pct: 25", 1))
     store_baseline(root, 200.0)

@@ -6,7 +6,6 @@ a base whose file cannot be used is a usage error, never a fallback to the pull 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -32,23 +31,16 @@ def entry(test: str, arch: str, toolchain: str = "triton-3.4", reason: str = "th
     return f"  - {{test: '{test}', arch: {arch}, toolchain: {toolchain}, reason: '{reason}'}}\n"
 
 
-def checkout(pipeline_root: Path, name: str) -> Path:
-    root = pipeline_root.parent / f"{pipeline_root.name}-{name}"
-    for folder in ("pipelines", "containers"):
-        shutil.copytree(pipeline_root / folder, root / folder)
-    return root
+@pytest.fixture
+def base(sibling_checkout) -> Path:
+    return sibling_checkout("base")
 
 
 @pytest.fixture
-def base(pipeline_root: Path) -> Path:
-    return checkout(pipeline_root, "base")
-
-
-@pytest.fixture
-def head(pipeline_root: Path) -> Path:
+def head(sibling_checkout) -> Path:
     """The pull request: lists its own new test failure and its new initcheck finding as known,
     drops one listed finding and rewords another."""
-    root = checkout(pipeline_root, "head")
+    root = sibling_checkout("head")
     path = root / "pipelines" / "known_failures.yaml"
     text = path.read_text()
     listed = '  - test: "initcheck::fp16-d16-plain"\n    arch: sm90\n    toolchain: triton-3.4\n'
@@ -164,7 +156,7 @@ def test_a_base_entry_for_an_arch_or_toolchain_the_checkout_lacks_is_left_out(he
     # A pull request that renames a toolchain still gets its GPU run; the old name's allowances
     # match none of its jobs, so leaving them out loosens nothing.
     before = load_pipeline(base).known_failures
-    assert len(before) == 22
+    assert before                           # the committed file lists some
     path = base / "pipelines" / "known_failures.yaml"
     path.write_text(path.read_text() + entry("tests/mha/x.py::t", "sm90", "triton-9.9")
                     + entry("tests/mha/x.py::t", "sm100"))
