@@ -214,12 +214,11 @@ def ws_backward_inputs_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cau
 
 
 def tile_grid(batch: int, heads: int, seqlen: int, causal: bool) -> tuple[int, int]:
-    """The grid of the 128-row tiles of `seqlen` in each (batch, head) slice, for the kernels of
-    fixed 128-row tiles (the Gluon ones, the warp-specialized backward): (slices, tiles) for
-    causal, so that each slice's longest tiles start in the first waves, else (tiles, slices).
-    Query tiles of the query heads (forward, dQ), key tiles of the KV heads (dK/dV). The Gluon
-    forward of the split head dim walks a causal grid a few slices at a time
-    (forward_gluon.PE_HEAD_GROUP)."""
+    """The grid of the 128-row tiles of `seqlen` in each (batch, head) slice, for the backward
+    kernels of fixed 128-row tiles (Gluon, warp-specialized): (slices, tiles) for causal, so that
+    each slice's longest tiles start in the first waves, else (tiles, slices). Query tiles of the
+    query heads (dQ), key tiles of the KV heads (dK/dV). The Gluon forward takes a 1-D grid
+    (forward_gluon.programs); the input checks still bound its tiles by this grid's limits."""
     tiles = seqlen // config_mod.GLUON_TILE_ROWS
     return (batch * heads, tiles) if causal else (tiles, batch * heads)
 
