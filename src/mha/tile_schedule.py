@@ -19,6 +19,9 @@ import heapq
 import math
 from dataclasses import dataclass
 
+# Forces the grid's size for tests and diagnosis (forward_gluon.programs): a number of programs,
+# or "tiles" for one per tile.
+PROGRAMS_ENV = "MHA_GLUON_PROGRAMS"
 # Longest program of the static stride over that of the GPU's scheduling, above which a causal
 # problem gets one program per tile: measured regressions started at 1.12 and gains ended at 1.09.
 IMBALANCE_LIMIT = 1.10

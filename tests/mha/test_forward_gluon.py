@@ -163,8 +163,8 @@ def test_results_when_each_program_walks_many_tiles(case, device, launched, monk
     """Three programs, so each walks several tiles and its K/V rings, turns and Q buffers run on
     across tiles (the test problems are smaller than a persistent grid, which the default grid
     therefore launches one program per tile for)."""
-    from mha.kernels import forward_gluon
-    monkeypatch.setenv(forward_gluon.PROGRAMS_ENV, "3")
+    from mha.tile_schedule import PROGRAMS_ENV
+    monkeypatch.setenv(PROGRAMS_ENV, "3")
     run_dense(case, torch.bfloat16, device)
     assert launched[0] == "fwd_gluon"
 

@@ -78,7 +78,6 @@ PE_HEAD_GROUP = 4
 # so a program's next Q (a second buffer where shared memory allows) and K/V blocks load while it
 # finishes the current tile; with a program per tile those waits are exposed. mha.tile_schedule
 # chooses one program per tile where a static stride would spread causal tiles unevenly.
-PROGRAMS_ENV = "MHA_GLUON_PROGRAMS"
 # Registers: 2 consumer warpgroups + the loader's warpgroup share the 64K register file, so the
 # launch bound is 65536 / (3 * 128) rounded down to 8; setmaxnreg then moves registers from the
 # loader (24) to the consumers (240): 2 * 128 * 240 + 128 * 24 = 64512.
@@ -470,7 +469,7 @@ def programs(device: torch.device, problem: tile_schedule.Problem) -> int:
     registers). MHA_GLUON_PROGRAMS overrides it for tests and diagnosis: "tiles" launches one
     program per tile, a number that many programs (so that a small problem walks many tiles per
     program)."""
-    forced = os.environ.get(PROGRAMS_ENV)
+    forced = os.environ.get(tile_schedule.PROGRAMS_ENV)
     if forced:
         return problem.tiles if forced == "tiles" else min(problem.tiles, int(forced))
     sms = _multiprocessors(device.index if device.index is not None else torch.cuda.current_device())

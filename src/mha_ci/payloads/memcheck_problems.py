@@ -7,8 +7,11 @@ size (the kernels' tiles are 16 to 256 rows), Sq < Sk and Sq > Sk both occur (bo
 aligned masks leave whole query rows with no visible key when Sq > Sk under causal), and the
 varlen batch holds an empty sequence, a one-row sequence and ragged lengths whose packed rows end
 mid-tile. The third is of whole 128-row tiles with Sk > Sq: the only lengths the sm90 Gluon
-forward takes (mha.config.gluon_lengths_ok), which would otherwise never launch here. GQA (4
-query heads on 2 KV heads) puts a group boundary inside every launch.
+forward takes (mha.config.gluon_lengths_ok), which would otherwise never launch here; it runs
+with the Gluon forward's grid forced to 3 programs (mha.tile_schedule.PROGRAMS_ENV), so each walks
+several of its 8 tiles, as a persistent grid does on large problems, and its rings and Q buffers
+wrap under the checker. GQA (4 query heads on 2 KV heads) puts a group boundary inside every
+launch.
 
 Every tensor is its own allocation, and the child runs with the caching allocator off
 (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so the byte after a tensor is outside any allocation the
@@ -16,6 +19,8 @@ sanitizer knows and a read of it is reported, never absorbed by a neighbour.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 
 HEADS_Q, HEADS_K = 4, 2
@@ -28,10 +33,12 @@ class Geometry:
     batch: int
     seqlen_q: int
     seqlen_k: int
+    gluon_programs: int | None = None   # the Gluon forward's grid, where forced
 
 
 DENSE = (Geometry("sq211-sk333", 2, 211, 333), Geometry("sq333-sk77", 1, 333, 77),
-         Geometry("sq256-sk384", 1, 256, 384))
+         Geometry("sq256-sk384", 1, 256, 384, gluon_programs=3))
+PROGRAMS_ENV = "MHA_GLUON_PROGRAMS"   # mha.tile_schedule.PROGRAMS_ENV (this side does not import mha)
 # varlen: (q lengths, k lengths) per sequence: ragged, empty, one row, longer queries than keys
 VARLEN_Q = (77, 0, 211, 1, 130)
 VARLEN_K = (133, 0, 97, 5, 129)
@@ -70,8 +77,24 @@ def run_point(point: dict, device: str = "cuda") -> None:
         q = _own(torch, (geo.batch, geo.seqlen_q, HEADS_Q, dqk), dtype, device, True)
         k = _own(torch, (geo.batch, geo.seqlen_k, HEADS_K, dqk), dtype, device, True)
         v = _own(torch, (geo.batch, geo.seqlen_k, HEADS_K, dv), dtype, device, True)
-        out = mha.flash_attn_func(q, k, v, dropout_p=dropout_p, causal=causal, window_size=window, sink=sink)
+        with _gluon_programs(geo.gluon_programs):
+            out = mha.flash_attn_func(q, k, v, dropout_p=dropout_p, causal=causal, window_size=window, sink=sink)
         _backward(torch, out, q, k, v, sink)
+
+
+@contextlib.contextmanager
+def _gluon_programs(programs: int | None):
+    """The Gluon forward's grid forced to `programs` inside (None: its own choice)."""
+    before = os.environ.get(PROGRAMS_ENV)
+    if programs is not None:
+        os.environ[PROGRAMS_ENV] = str(programs)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PROGRAMS_ENV, None)
+        else:
+            os.environ[PROGRAMS_ENV] = before
 
 
 def _backward(torch, out, q, k, v, sink) -> None:

@@ -3,6 +3,7 @@ does (markers, reports, early exits): attribution, the fresh child after a repor
 self-test that must see its plant, known findings as strict xfail. No GPU, no torch."""
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -147,3 +148,21 @@ def test_the_dense_geometries_reach_partial_tiles_and_the_gluon_forward():
     assert len(ragged) == 2 and {g.seqlen_q > g.seqlen_k for g in ragged} == {True, False}
     assert any(gluon_lengths_ok(g.seqlen_q, g.seqlen_k, causal=True) for g in DENSE)
 
+
+
+def test_the_whole_tile_geometry_walks_several_tiles_per_gluon_program(monkeypatch):
+    """Its 8 query tiles (2 per slice, 4 query heads) on 3 programs; the variable is set only
+    around that geometry's forward, and restored."""
+    from mha import tile_schedule
+    from mha_ci.payloads import memcheck_problems as problems
+    assert problems.PROGRAMS_ENV == tile_schedule.PROGRAMS_ENV
+    (whole,) = [g for g in problems.DENSE if g.gluon_programs]
+    assert whole.batch * problems.HEADS_Q * (whole.seqlen_q // 128) > 2 * whole.gluon_programs
+    monkeypatch.setenv(problems.PROGRAMS_ENV, "tiles")
+    with problems._gluon_programs(3):
+        assert os.environ[problems.PROGRAMS_ENV] == "3"
+    assert os.environ[problems.PROGRAMS_ENV] == "tiles"
+    monkeypatch.delenv(problems.PROGRAMS_ENV)
+    with problems._gluon_programs(None):
+        assert problems.PROGRAMS_ENV not in os.environ
+    assert problems.PROGRAMS_ENV not in os.environ
