@@ -23,6 +23,8 @@ import contextlib
 import os
 from dataclasses import dataclass
 
+from mha.tile_schedule import PROGRAMS_ENV   # pure Python: the orchestrating side imports it too
+
 HEADS_Q, HEADS_K = 4, 2
 DROPOUT_P = 0.17
 
@@ -38,7 +40,6 @@ class Geometry:
 
 DENSE = (Geometry("sq211-sk333", 2, 211, 333), Geometry("sq333-sk77", 1, 333, 77),
          Geometry("sq256-sk384", 1, 256, 384, gluon_programs=3))
-PROGRAMS_ENV = "MHA_GLUON_PROGRAMS"   # mha.tile_schedule.PROGRAMS_ENV (this side does not import mha)
 # varlen: (q lengths, k lengths) per sequence: ragged, empty, one row, longer queries than keys
 VARLEN_Q = (77, 0, 211, 1, 130)
 VARLEN_K = (133, 0, 97, 5, 129)
