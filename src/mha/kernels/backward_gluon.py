@@ -47,7 +47,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 # Two consumer warpgroups and a loader warp, as the forward: its register budget and host helpers.
 from .forward_gluon import (CONSUMER_REGS, LOADER_REGS, NUM_CONSUMERS, desc_type, matrix_desc,
-                            shared_layout)
+                            query_tile_key_blocks, shared_layout)
 # The forward's tile: both kernels' grids are mha.launch.tile_grid's (key tiles of the KV heads for dK/dV).
 from .forward_gluon import BLOCK_M as TILE_ROWS
 
@@ -362,12 +362,7 @@ def attn_bwd_dq_gluon(q_desc, do_desc, k_desc, v_desc, dq_desc, Lse, Delta, qk_s
     kv_row = b * seqlen_k
     lse_off = pid_bh * seqlen_q
     diag_off = seqlen_k - seqlen_q
-    if CAUSAL:
-        n_full = (m0 + diag_off) // BLOCK_N
-        n_total = (m0 + diag_off + BLOCK_M) // BLOCK_N
-    else:
-        n_full = seqlen_k // BLOCK_N
-        n_total = n_full
+    n_full, n_total = query_tile_key_blocks(m0, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, CAUSAL)
 
     q_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, ROWS, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, ROWS, HEAD_DV], do_desc.layout)

@@ -118,17 +118,24 @@ def _tile(t, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group, BLOCK_M:
     h = pid_bh % num_heads_q
     hk = h // group                       # GQA: q-heads [hk*group, (hk+1)*group) share K/V head hk
     m0 = pid_m * BLOCK_M
-    diag_off = seqlen_k - seqlen_q        # bottom-right aligned causal diagonal
+    n_full, n_total = query_tile_key_blocks(m0, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, CAUSAL)
+    return (b * seqlen_q + m0, h * HEAD_DQK, h * HEAD_DIM, b * seqlen_k, hk * HEAD_DQK, hk * HEAD_DIM,
+            pid_bh * seqlen_q, m0, n_full, n_total)
+
+
+@gluon.jit
+def query_tile_key_blocks(m0, seqlen_q, seqlen_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """The query tile at row m0's key blocks of BLOCK_N: (wholly visible ones, all it reads). Causal
+    with the diagonal at the bottom right (seqlen_k - seqlen_q): the blocks visible to row m0, hence
+    to every row of the tile, then up to the last key row m0 + BLOCK_M - 1 can see."""
+    diag_off = seqlen_k - seqlen_q
     if CAUSAL:
-        # Blocks wholly visible to row m0 (hence to all rows of the tile), then up to the last
-        # key row m0 + BLOCK_M - 1 can see.
         n_full = (m0 + diag_off) // BLOCK_N
         n_total = (m0 + diag_off + BLOCK_M) // BLOCK_N
     else:
         n_full = seqlen_k // BLOCK_N
         n_total = n_full
-    return (b * seqlen_q + m0, h * HEAD_DQK, h * HEAD_DIM, b * seqlen_k, hk * HEAD_DQK, hk * HEAD_DIM,
-            pid_bh * seqlen_q, m0, n_full, n_total)
+    return n_full, n_total
 
 
 # ----------------------------------------------------------------------------- loader partition
@@ -251,9 +258,8 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_sme
               v_ready, v_empty, Lse, qk_scale, start, step, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group,
               turn, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, HEAD_DQK1: gl.constexpr,
-              HEAD_GROUP: gl.constexpr, Q_BUFS: gl.constexpr):
+              HEAD_GROUP: gl.constexpr, Q_BUFS: gl.constexpr, NUM_CONSUMERS: gl.constexpr):
     NW: gl.constexpr = gl.num_warps()
-    NUM_CONSUMERS: gl.constexpr = 2
     # wgmma accumulator layouts: m16 x n x k16 (16-bit inputs), warps stacked along rows.
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -274,7 +280,7 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_sme
         q_row, q_col, o_col, kv_row, kv_col, v_col, lse_off, m0, n_full, n_total = _tile(
             t, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group, NUM_CONSUMERS * ROWS, BLOCK_N, HEAD_DIM,
             HEAD_DQK1, CAUSAL, HEAD_GROUP)
-        diag_off = seqlen_k - seqlen_q
+        diag_off = seqlen_k - seqlen_q   # bottom-right aligned causal diagonal
         qb = i % Q_BUFS
         q = q_smem.index(qb * NUM_CONSUMERS + CID)
         q2 = q2_smem.index(qb * NUM_CONSUMERS + CID)
@@ -398,11 +404,11 @@ def attn_fwd_gluon(q_desc, q2_desc, k_desc, k2_desc, v_desc, o_desc, Lse, qk_sca
         (_consumer, (0, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, q_empty, k_ready, k_empty, v_ready,
                      v_empty, Lse, qk_scale, start, step, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group,
                      turn, ROWS, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, PINGPONG, FOLD_SCALE, HEAD_DQK1, HEAD_GROUP,
-                     Q_BUFS)),
+                     Q_BUFS, NUM_CONSUMERS)),
         (_consumer, (1, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, q_empty, k_ready, k_empty, v_ready,
                      v_empty, Lse, qk_scale, start, step, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group,
                      turn, ROWS, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, PINGPONG, FOLD_SCALE, HEAD_DQK1, HEAD_GROUP,
-                     Q_BUFS)),
+                     Q_BUFS, NUM_CONSUMERS)),
         (_loader, (q_desc, q2_desc, k_desc, k2_desc, v_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, q_empty,
                    k_ready, k_empty, v_ready, v_empty, start, step, n_slices, n_tiles, seqlen_q, seqlen_k,
                    num_heads_q, group, NUM_CONSUMERS, ROWS, BLOCK_N, STAGES, HEAD_DIM, HEAD_DQK1, CAUSAL, HEAD_GROUP,
