@@ -96,6 +96,20 @@ def imbalance(problem: Problem, programs: int) -> float:
     return static_longest(work, programs) / dynamic_longest(work, programs)
 
 
+def forced_programs(value: str, tiles: int) -> int:
+    """The grid size PROGRAMS_ENV asks for: "tiles" (one program per tile) or a positive number
+    of programs, at most one per tile. Anything else is refused, naming the variable."""
+    if value == "tiles":
+        return tiles
+    try:
+        programs = int(value)
+    except ValueError:
+        programs = 0
+    if programs < 1:
+        raise ValueError(f"{PROGRAMS_ENV}={value!r}: expected 'tiles' or a positive number of programs")
+    return min(tiles, programs)
+
+
 @functools.lru_cache(maxsize=1024)
 def grid_size(problem: Problem, sms: int) -> int:
     """Programs to launch: `sms` (each walks tiles), or one per tile where a static stride would

@@ -50,3 +50,12 @@ def test_a_static_stride_against_first_free_scheduling():
 ])
 def test_the_grid_chosen_for_measured_shapes(shape, grid):
     assert ts.grid_size(shape, 132) == grid
+
+
+def test_a_forced_grid_takes_tiles_or_a_positive_count_and_names_the_variable_otherwise():
+    assert ts.forced_programs("tiles", 96) == 96
+    assert ts.forced_programs("3", 96) == 3
+    assert ts.forced_programs("500", 96) == 96      # at most one program per tile
+    for bad in ("0", "-2", "1.5", "all", " "):
+        with pytest.raises(ValueError, match=ts.PROGRAMS_ENV):
+            ts.forced_programs(bad, 96)

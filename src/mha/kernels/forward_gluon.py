@@ -477,7 +477,7 @@ def programs(device: torch.device, problem: tile_schedule.Problem) -> int:
     program)."""
     forced = os.environ.get(tile_schedule.PROGRAMS_ENV)
     if forced:
-        return problem.tiles if forced == "tiles" else min(problem.tiles, int(forced))
+        return tile_schedule.forced_programs(forced, problem.tiles)
     sms = _multiprocessors(device.index if device.index is not None else torch.cuda.current_device())
     return tile_schedule.grid_size(problem, sms)
 
