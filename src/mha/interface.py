@@ -14,7 +14,7 @@ class _FlashAttention(torch.autograd.Function):
         problem = launch.Problem(dtype=launch.DTYPE_NAMES[q.dtype], dqk=q.shape[-1], dv=v.shape[-1],
                                  causal=causal, window=window, has_sink=sink is not None,
                                  dropout=dropout_p > 0, varlen=geo.varlen)
-        specs = launch.kernel_specs(problem, current_arch(q.device), config)
+        specs = launch.call_specs(problem, current_arch(q.device), config)
         rng = draw_seed() if dropout_p > 0 else (0, 0)
         if dropout_p > 0:
             validation.check_rng_range(geo.seqlen_q, geo.seqlen_k, rng[1])

@@ -28,7 +28,8 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 import torch
 import triton
@@ -359,6 +360,21 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
     return specs
 
 
+def call_specs(problem: Problem, arch: str, config: dict | None = None) -> Mapping[str, KernelSpec]:
+    """kernel_specs for a call, read-only. Without an override they are built once per problem,
+    arch and Triton version: the configs are read once per process (config.load_arch_configs), so
+    they cannot change, and building them (config resolution, guards, signatures) costs every call
+    as much host time as a small problem's kernel (docs/records/2026-12-07-host-overhead)."""
+    if config is not None:
+        return MappingProxyType(kernel_specs(problem, arch, config))
+    return _default_call_specs(problem, arch, config_mod.triton_version())
+
+
+@functools.lru_cache(maxsize=1024)
+def _default_call_specs(problem: Problem, arch: str, _triton: str | None) -> Mapping[str, KernelSpec]:
+    return MappingProxyType(kernel_specs(problem, arch))
+
+
 def aligned_specialization(spec: KernelSpec) -> dict[str, str]:
     """Runtime specialization of each non-constexpr argument for canonical aligned inputs.
 
@@ -575,7 +591,7 @@ def unordered_outputs(kernels) -> list[str]:
     return sorted({name for kernel in kernels for name in UNORDERED_OUTPUTS.get(kernel, ())})
 
 
-def launched_kernels(specs: dict, pass_: str, deterministic: bool = False) -> tuple[str, ...]:
+def launched_kernels(specs: Mapping[str, KernelSpec], pass_: str, deterministic: bool = False) -> tuple[str, ...]:
     """The specs a call launches for `pass_` ("forward" or "backward"): the forward runs fwd_gluon
     where kernel_specs made one (fwd for inputs it cannot take, see `forward`); the backward runs
     bwd_dkdv_gluon where kernel_specs made one (likewise, see `backward`), with bwd_dq_gluon where
@@ -592,7 +608,7 @@ def launched_kernels(specs: dict, pass_: str, deterministic: bool = False) -> tu
     return ("bwd_preprocess", "bwd_dkdv", "bwd_dq")
 
 
-def backward(specs: dict, geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, softmax_scale: float,
+def backward(specs: Mapping[str, KernelSpec], geo: Geometry, q, k, v, out, dout, lse, cu_q, cu_k, softmax_scale: float,
              window: tuple[int, int], dropout_p: float, rng: tuple[int, int], deterministic: bool = True):
     """Returns (dq, dk, dv, delta); delta = rowsum(dO * O) in the lse layout. Two kernels (dK/dV,
     then dQ), bitwise reproducible: the Gluon or warp-specialized ones where kernel_specs made them

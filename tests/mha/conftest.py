@@ -27,6 +27,16 @@ def unwritten_entries_read_as_nan():
     torch.use_deterministic_algorithms(False)
 
 
+@pytest.fixture(autouse=True)
+def fresh_call_specs():
+    """Tests change what configs say (the Triton version, the loaded files, an arch) with
+    monkeypatch: each starts and ends without the specs earlier calls cached (launch.call_specs)."""
+    from mha import launch
+    launch._default_call_specs.cache_clear()
+    yield
+    launch._default_call_specs.cache_clear()
+
+
 @pytest.fixture(scope="session")
 def device():
     return "cuda" if HAS_CUDA else "cpu"

@@ -18,20 +18,26 @@ from cases import (GLUON_CASES, GLUON_FALLBACK_CASES, TRITON_BACKWARD, Case, che
 from checks import dtype_param
 from conftest import HAS_CUDA
 
-SM90 = config_mod.load_arch_configs("sm90")["backward"]
+
+def sm90_backward() -> dict:
+    """The loaded sm90 backward section as it is now: a test elsewhere that clears
+    load_arch_configs' cache leaves a snapshot taken at import stale."""
+    return config_mod.load_arch_configs("sm90")["backward"]
+
+
 # The config the kernels were measured with (docs/configs.md). No file holds it since the dK/dV
 # kernel was seen racing on the GPU; the tests put it in the `default` bucket themselves.
 WS_CONFIG = {"triton": "==3.4", "BLOCK_M1": 32, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 64,
              "num_warps": 4, "num_stages": 2}
-SELECTED_HERE = "ws" in SM90["default"] and config_mod.gluon_selected(SM90["default"]["ws"])
+SELECTED_HERE = "ws" in sm90_backward()["default"] and config_mod.gluon_selected(sm90_backward()["default"]["ws"])
 WS_BACKWARD = ("bwd_preprocess", "bwd_dkdv_ws", "bwd_dq_ws")
 SELECTING = "3.4.0"     # a Triton the shipped config selects it for (the test below pins which)
 
 
 @pytest.fixture(autouse=True)
 def ws_in_the_file(monkeypatch):
-    if "ws" not in SM90["default"]:
-        monkeypatch.setitem(SM90["default"], "ws", dict(WS_CONFIG))
+    if "ws" not in sm90_backward()["default"]:
+        monkeypatch.setitem(sm90_backward()["default"], "ws", dict(WS_CONFIG))
 
 
 @pytest.fixture
@@ -47,7 +53,7 @@ def test_the_config_names_the_toolchain_that_runs_it(monkeypatch, version, selec
     got, cfg = config_mod.resolve("backward", "sm90", *dims, "bf16", 0.0, serves_gluon=True)
     assert got == bucket and bool(cfg.get("ws")) is (selected and bucket == config_mod.WS_BUCKET)
     _, plain = config_mod.resolve("backward", "sm90", *dims, "bf16", 0.0)
-    assert "ws" not in plain and plain == {k: v for k, v in SM90[bucket].items() if k not in config_mod.NESTED_KEYS}
+    assert "ws" not in plain and plain == {k: v for k, v in sm90_backward()[bucket].items() if k not in config_mod.NESTED_KEYS}
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
@@ -101,7 +107,7 @@ def test_an_override_of_the_backward_configures_the_triton_kernels(ws_version):
 
 def test_gluon_wins_where_both_name_the_toolchain(monkeypatch):
     monkeypatch.setattr(config_mod, "triton_version", lambda: "3.8.0")
-    both = {**SM90["default"], "ws": {**WS_CONFIG, "triton": ">=3.4"}}
+    both = {**sm90_backward()["default"], "ws": {**WS_CONFIG, "triton": ">=3.4"}}
     monkeypatch.setattr(config_mod, "load_arch_configs",
                         lambda arch: {"backward": {"default": both}, "forward": {}})
     _, cfg = config_mod.resolve("backward", "sm90", 128, 128, "bf16", 0.0, serves_gluon=True)

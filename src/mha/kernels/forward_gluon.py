@@ -421,8 +421,10 @@ def attn_fwd_gluon(q_desc, q2_desc, k_desc, k2_desc, v_desc, o_desc, Lse, qk_sca
 GL_DTYPES = {"fp16": gl.float16, "bf16": gl.bfloat16, "fp32": gl.float32}
 
 
+@functools.lru_cache(maxsize=None)
 def shared_layout(dtype: str, box: tuple[int, ...]):
-    """The NVMMA shared-memory layout of a TMA box of `box` elements (what wgmma reads)."""
+    """The NVMMA shared-memory layout of a TMA box of `box` elements (what wgmma reads). Made once
+    per box: every launch's descriptors ask for it, and Gluon builds and checks it in Python."""
     return gl.NVMMASharedLayout.get_default_for(list(box), GL_DTYPES[dtype])
 
 
