@@ -128,8 +128,8 @@ def query_tile_key_blocks(m0, seqlen_q, seqlen_k, BLOCK_M: gl.constexpr, BLOCK_N
     """The query tile at row m0's key blocks of BLOCK_N: (wholly visible ones, all it reads). Causal
     with the diagonal at the bottom right (seqlen_k - seqlen_q): the blocks visible to row m0, hence
     to every row of the tile, then up to the last key row m0 + BLOCK_M - 1 can see."""
-    diag_off = seqlen_k - seqlen_q
     if CAUSAL:
+        diag_off = seqlen_k - seqlen_q
         n_full = (m0 + diag_off) // BLOCK_N
         n_total = (m0 + diag_off + BLOCK_M) // BLOCK_N
     else:
