@@ -21,7 +21,7 @@ class _FlashAttention(torch.autograd.Function):
         # causal is a window whose right side is 0 (flash-attn semantics).
         kernel_window = (window[0], 0 if causal else window[1])
         out, lse = launch.forward(specs["fwd"], geo, q, k, v, sink, cu_q, cu_k, scale, kernel_window,
-                                  dropout_p, rng, gluon=specs.get("fwd_gluon"))
+                                  dropout_p, rng, gluon=launch.gluon_forwards(specs))
         ctx.save_for_backward(q, k, v, out, lse, sink, cu_q, cu_k)
         ctx.specs, ctx.geo, ctx.scale, ctx.window, ctx.dropout_p, ctx.rng, ctx.deterministic = (
             specs, geo, scale, kernel_window, dropout_p, rng, deterministic)

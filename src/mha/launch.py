@@ -224,25 +224,35 @@ def tile_grid(batch: int, heads: int, seqlen: int, causal: bool) -> tuple[int, i
     return (batch * heads, tiles) if causal else (tiles, batch * heads)
 
 
+# The Gluon forward's two forms (kernel_specs' names): programs walking tiles, and one program per
+# tile (gluon_forward_form picks by the grid).
+GLUON_FORWARDS = ("fwd_gluon", "fwd_gluon_tile")
+
+
 # The Gluon specs are built from their values alone, so they are cached by those values: naming
 # the descriptor types is the costly part of a spec, and every forward call asks for its specs.
 @functools.lru_cache(maxsize=256)
-def _gluon_forward_spec(dtype: str, dqk: int, dv: int, causal: bool, bucket: str, block_n: int, num_warps: int,
-                        stages: int) -> KernelSpec:
+def _gluon_forward_specs(dtype: str, dqk: int, dv: int, causal: bool, bucket: str, block_n: int, num_warps: int,
+                         stages: int) -> tuple[tuple[str, KernelSpec], ...]:
+    """The Gluon forward's two forms: "fwd_gluon", whose programs walk tiles, and "fwd_gluon_tile"
+    for a grid of one program per tile (`forward_gluon` picks by the grid)."""
     from .kernels import forward_gluon  # Triton with Gluon only: a config selected it for this toolchain
-    constexprs = forward_gluon.constexprs(dqk, dv, block_n, stages, causal)
     signature = forward_gluon.signature_types(dtype, dqk, dv, block_n) | {
         "Lse": "*fp32", "qk_scale": "fp32", "seqlen_q": "i32", "seqlen_k": "i32", "num_heads_q": "i32", "group": "i32",
         "batch": "i32"}
     fn = forward_gluon.attn_fwd_gluon
-    return KernelSpec("fwd_gluon", fn, _ordered(fn, signature, constexprs), constexprs, num_warps, stages, bucket,
-                      "forward", {"maxnreg": forward_gluon.MAXNREG})
+    specs = []
+    for name, one_tile in zip(GLUON_FORWARDS, (False, True)):
+        constexprs = forward_gluon.constexprs(dqk, dv, block_n, stages, causal, one_tile)
+        specs.append((name, KernelSpec(name, fn, _ordered(fn, signature, constexprs), constexprs, num_warps, stages,
+                                       bucket, "forward", {"maxnreg": forward_gluon.MAXNREG})))
+    return tuple(specs)
 
 
 @functools.lru_cache(maxsize=256)
 def _gluon_backward_spec_pair(dtype: str, d: int, causal: bool, bucket: str, block_m1: int, block_n2: int,
                               num_warps: int, stages: int) -> tuple[tuple[str, KernelSpec], ...]:
-    from .kernels import backward_gluon as kernels  # Triton with Gluon only, as _gluon_forward_spec
+    from .kernels import backward_gluon as kernels  # Triton with Gluon only, as _gluon_forward_specs
     from .kernels.forward_gluon import MAXNREG
     scalars = {"qk_scale": "fp32", "sm_scale": "fp32", "seqlen_q": "i32", "seqlen_k": "i32", "group": "i32"}
     parts = (("bwd_dkdv_gluon", kernels.attn_bwd_dkdv_gluon, kernels.dkdv_constexprs(d, block_m1, stages, causal),
@@ -258,7 +268,7 @@ def _gluon_backward_spec_pair(dtype: str, d: int, causal: bool, bucket: str, blo
 def _gluon_pe_dkdv_spec(dtype: str, causal: bool, bucket: str, block_m1: int, num_warps: int,
                         stages: int) -> KernelSpec:
     """The `pe` bucket's Gluon backward: the dK/dV kernel alone (dQ is the Triton kernel's)."""
-    from .kernels import backward_gluon_pe as kernels  # Triton with Gluon only, as _gluon_forward_spec
+    from .kernels import backward_gluon_pe as kernels  # Triton with Gluon only, as _gluon_forward_specs
     from .kernels.forward_gluon import MAXNREG
     constexprs = kernels.dkdv_constexprs(block_m1, stages, causal)
     signature = kernels.dkdv_signature_types(dtype, block_m1) | {
@@ -288,9 +298,9 @@ def _ws_backward_specs(dtype: str, d: int, causal: bool, bucket: str, block_m1: 
 def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dict[str, KernelSpec]:
     """Specs of the kernels of `problem` on `arch`: "fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", and
     "bwd_dkdv_dq" where the backward config asks for a single pass (`single_pass`; used only when
-    the caller allows nondeterminism, see `backward`); "fwd_gluon" where the forward config
-    selects the Gluon forward for this problem and toolchain ("fwd" then runs the inputs it cannot
-    take, see `forward`), and "bwd_dkdv_gluon" and "bwd_dq_gluon" where the backward config
+    the caller allows nondeterminism, see `backward`); "fwd_gluon" and "fwd_gluon_tile" where the
+    forward config selects the Gluon forward for this problem and toolchain ("fwd" then runs the
+    inputs it cannot take, see `forward`), and "bwd_dkdv_gluon" and "bwd_dq_gluon" where the backward config
     selects the Gluon backward (likewise, see `backward`; for the `pe` bucket's Dqk 192 / Dv 128
     that is "bwd_dkdv_gluon" alone, beside the Triton "bwd_dq"), or "bwd_dkdv_ws" and "bwd_dq_ws"
     where it selects the warp-specialized one."""
@@ -324,8 +334,8 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
         bucket, cfg = config_mod.resolve("forward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config,
                                          banded=problem.bound_left or problem.bound_right, serves_gluon=True)
         if cfg.get(config_mod.GLUON):
-            specs["fwd_gluon"] = _gluon_forward_spec(problem.dtype, problem.dqk, problem.dv, problem.bound_right, bucket,
-                                                     cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"])
+            specs.update(_gluon_forward_specs(problem.dtype, problem.dqk, problem.dv, problem.bound_right, bucket,
+                                              cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"]))
 
     if gluon_serves(problem, arch, "backward"):
         bucket, cfg = config_mod.resolve("backward", arch, problem.dqk, problem.dv, problem.dtype, drop_p, config,
@@ -525,11 +535,12 @@ def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
 
 
 def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_scale: float,
-            window: tuple[int, int], dropout_p: float, rng: tuple[int, int], gluon: KernelSpec | None = None):
-    """(out, lse). `gluon`: kernel_specs' "fwd_gluon", run instead of `spec` where the inputs
-    allow it (gluon_inputs_ok, gluon_scale_ok); `spec` runs the others."""
-    if (gluon is not None and gluon_inputs_ok(q, k, v, gluon.constexprs["CAUSAL"])
-            and gluon_scale_ok(gluon, softmax_scale)):
+            window: tuple[int, int], dropout_p: float, rng: tuple[int, int],
+            gluon: tuple[KernelSpec, KernelSpec] | None = None):
+    """(out, lse). `gluon`: kernel_specs' ("fwd_gluon", "fwd_gluon_tile"), run instead of `spec`
+    where the inputs allow it (gluon_inputs_ok, gluon_scale_ok); `spec` runs the others."""
+    if (gluon is not None and gluon_inputs_ok(q, k, v, gluon[0].constexprs["CAUSAL"])
+            and gluon_scale_ok(gluon[0], softmax_scale)):
         return forward_gluon(gluon, geo, q, k, v, softmax_scale)
     if geo.varlen:
         out = torch.empty((q.shape[0], geo.heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
@@ -561,15 +572,32 @@ def forward(spec: KernelSpec, geo: Geometry, q, k, v, sink, cu_q, cu_k, softmax_
     return out, lse
 
 
-def forward_gluon(spec: KernelSpec, geo: Geometry, q, k, v, softmax_scale: float):
-    from .kernels import forward_gluon as kernel  # Triton with Gluon only (see _gluon_forward_spec)
+def forward_gluon(specs: tuple[KernelSpec, KernelSpec], geo: Geometry, q, k, v, softmax_scale: float):
+    """(out, lse) by the Gluon forward: `specs` is ("fwd_gluon", "fwd_gluon_tile"), the second
+    launched where the grid has one program per tile (gluon_forward_form)."""
+    from .kernels import forward_gluon as kernel  # Triton with Gluon only (see _gluon_forward_specs)
     out = torch.empty((geo.batch, geo.seqlen_q, geo.heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
     lse = torch.empty((geo.batch, geo.heads_q, geo.seqlen_q), dtype=torch.float32, device=q.device)
-    descs = kernel.descriptors(q, k, v, out, DTYPE_NAMES[q.dtype], spec.constexprs["BLOCK_N"])
-    grid = (kernel.programs(q.device, _gluon_forward_problem(spec, geo)),)
-    _launch(spec, grid, [*descs, lse, softmax_scale * LOG2E, geo.seqlen_q, geo.seqlen_k, geo.heads_q,
-                         geo.heads_q // geo.heads_k, geo.batch])
+    descs = kernel.descriptors(q, k, v, out, DTYPE_NAMES[q.dtype], specs[0].constexprs["BLOCK_N"])
+    problem = _gluon_forward_problem(specs[0], geo)
+    programs = kernel.programs(q.device, problem)
+    _launch(gluon_forward_form(specs, programs, problem.tiles), (programs, ),
+            [*descs, lse, softmax_scale * LOG2E, geo.seqlen_q, geo.seqlen_k, geo.heads_q, geo.heads_q // geo.heads_k,
+             geo.batch])
     return out, lse
+
+
+def gluon_forwards(specs: Mapping[str, KernelSpec]) -> tuple[KernelSpec, KernelSpec] | None:
+    """kernel_specs' two Gluon forward forms (GLUON_FORWARDS), or None where it made none."""
+    walking, one_tile = GLUON_FORWARDS
+    return (specs[walking], specs[one_tile]) if walking in specs else None
+
+
+def gluon_forward_form(specs: tuple[KernelSpec, KernelSpec], programs: int, tiles: int) -> KernelSpec:
+    """The Gluon forward's form for a grid of `programs` over `tiles`: the one without the tile
+    loop where each program has a single tile, the walking one otherwise."""
+    walking, one_tile = specs
+    return one_tile if programs == tiles else walking
 
 
 def _gluon_forward_problem(spec: KernelSpec, geo: Geometry) -> tile_schedule.Problem:
@@ -593,13 +621,14 @@ def unordered_outputs(kernels) -> list[str]:
 
 def launched_kernels(specs: Mapping[str, KernelSpec], pass_: str, deterministic: bool = False) -> tuple[str, ...]:
     """The specs a call launches for `pass_` ("forward" or "backward"): the forward runs fwd_gluon
-    where kernel_specs made one (fwd for inputs it cannot take, see `forward`); the backward runs
+    or fwd_gluon_tile (GLUON_FORWARDS, one of them by the grid) where kernel_specs made them (fwd
+    for inputs they cannot take, see `forward`); the backward runs
     bwd_dkdv_gluon where kernel_specs made one (likewise, see `backward`), with bwd_dq_gluon where
     there is one and bwd_dq otherwise, else bwd_dkdv_dq where its config asks for a single pass
     and the caller allows nondeterminism, else bwd_dkdv and bwd_dq. The warp-specialized
     backward's bwd_dkdv_ws and bwd_dq_ws are launched as the Gluon ones are."""
     if pass_ == "forward":
-        return ("fwd_gluon",) if "fwd_gluon" in specs else ("fwd",)
+        return GLUON_FORWARDS if "fwd_gluon" in specs else ("fwd",)
     for kind, *_ in TILE_BACKWARDS:
         if f"bwd_dkdv_{kind}" in specs:
             return ("bwd_preprocess", f"bwd_dkdv_{kind}", f"bwd_dq_{kind}" if f"bwd_dq_{kind}" in specs else "bwd_dq")

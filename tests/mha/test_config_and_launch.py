@@ -174,7 +174,7 @@ def test_kernel_specs_match_kernel_signatures(problem, arch):
     # The Triton kernels always (every fallback ends there); a config may add its alternatives.
     assert {"fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq"} <= set(specs)
     assert set(specs) <= {"fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", "bwd_dkdv_dq", "fwd_gluon",
-                          "bwd_dkdv_gluon", "bwd_dq_gluon", "bwd_dkdv_ws", "bwd_dq_ws"}
+                          "fwd_gluon_tile", "bwd_dkdv_gluon", "bwd_dq_gluon", "bwd_dkdv_ws", "bwd_dq_ws"}
     for name, spec in specs.items():
         assert spec.name == name
         # Argument order of the signature is the kernel's own order, constexprs included.

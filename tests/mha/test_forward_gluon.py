@@ -61,8 +61,9 @@ def test_the_config_names_the_toolchains_that_run_it(monkeypatch, version, selec
 def test_the_triton_forward_stays_for_inputs_the_gluon_one_cannot_take():
     specs = launch.kernel_specs(launch.Problem("bf16", 128, 128, causal=True), "sm90")
     assert specs["fwd"].fn is launch.attn_fwd                       # the fallback keeps the bucket's config
-    assert ("fwd_gluon" in specs) is SELECTED_HERE
-    assert launch.launched_kernels(specs, "forward") == (("fwd_gluon",) if SELECTED_HERE else ("fwd",))
+    assert ("fwd_gluon" in specs) is SELECTED_HERE is ("fwd_gluon_tile" in specs)
+    assert launch.launched_kernels(specs, "forward") == (("fwd_gluon", "fwd_gluon_tile") if SELECTED_HERE
+                                                         else ("fwd",))
 
 
 @pytest.mark.skipif(not SELECTED_HERE, reason="this toolchain's config does not select the Gluon forward")
@@ -78,6 +79,30 @@ def test_the_gluon_spec():
     assert spec.signature["q2_desc"] == "constexpr" == spec.signature["k2_desc"]
     assert set(launch.aligned_specialization(spec).items()) >= {("Lse", "aligned16"), ("q_desc", "none"),
                                                               ("seqlen_q", "none"), ("group", "none")}
+
+
+@pytest.mark.skipif(not SELECTED_HERE, reason="this toolchain's config does not select the Gluon forward")
+@pytest.mark.parametrize("dims", [(128, 128), (64, 64), (192, 128)])
+def test_the_one_tile_form_is_the_same_kernel_without_the_walk(dims):
+    """"fwd_gluon_tile" differs from "fwd_gluon" only where a program has a single tile: no tile
+    loop, and no second Q buffer to load a next tile's Q into."""
+    specs = launch.kernel_specs(launch.Problem("bf16", *dims, causal=True), "sm90")
+    walking, one_tile = specs["fwd_gluon"], specs["fwd_gluon_tile"]
+    assert one_tile.fn is walking.fn and one_tile.signature == walking.signature
+    assert (one_tile.num_warps, one_tile.num_stages, one_tile.options, one_tile.bucket) == \
+        (walking.num_warps, walking.num_stages, walking.options, walking.bucket)
+    assert walking.constexprs["ONE_TILE"] is False and one_tile.constexprs["ONE_TILE"] is True
+    assert one_tile.constexprs["Q_BUFS"] == 1 and walking.constexprs["Q_BUFS"] == (1 if dims[0] > dims[1] else 2)
+    differ = {k for k in walking.constexprs if walking.constexprs[k] != one_tile.constexprs[k]}
+    assert differ <= {"ONE_TILE", "Q_BUFS"}
+    assert launch.gluon_forwards(specs) == (walking, one_tile)
+
+
+@pytest.mark.parametrize("programs, tiles, form", [(96, 96, "one"), (1, 1, "one"), (132, 5000, "walking"),
+                                                   (3, 96, "walking")])
+def test_the_grid_picks_the_form(programs, tiles, form):
+    specs = (types.SimpleNamespace(name="walking"), types.SimpleNamespace(name="one"))
+    assert launch.gluon_forward_form(specs, programs, tiles).name == form
 
 
 @pytest.mark.parametrize("fold, taken", [(True, {0.125: True, 1e-30: True, 0.0: False, -0.125: False}),
@@ -152,8 +177,10 @@ RESULT_CASES = (GLUON_CASES | {f"pe_{name}": case for name, case in GLUON_PE_CAS
 @pytest.mark.parametrize("dtype", [dtype_param(torch.bfloat16), dtype_param(torch.float16)])
 @pytest.mark.parametrize("case", RESULT_CASES.values(), ids=RESULT_CASES.keys())
 def test_results(case, dtype, device, launched):
+    """The default grid: the test problems are smaller than a persistent grid, so one program per
+    tile, in the form without the tile loop."""
     run_dense(case, dtype, device)
-    assert launched[0] == "fwd_gluon"
+    assert launched[0] == "fwd_gluon_tile"
 
 
 @pytest.mark.gpu
@@ -166,7 +193,8 @@ def test_results_when_each_program_walks_many_tiles(case, device, launched, monk
     from mha.tile_schedule import PROGRAMS_ENV
     monkeypatch.setenv(PROGRAMS_ENV, "3")
     run_dense(case, torch.bfloat16, device)
-    assert launched[0] == "fwd_gluon"
+    tiles = case.batch * case.heads_q * case.seqlen_q // config_mod.GLUON_TILE_ROWS
+    assert launched[0] == ("fwd_gluon" if tiles > 3 else "fwd_gluon_tile")     # 3 programs at most one a tile
 
 
 @pytest.mark.gpu
@@ -177,7 +205,7 @@ def test_scales_that_are_not_positive(case, device, launched):
     the Triton forward does where the Gluon one folds the scale into its exponent."""
     run_dense(case, torch.bfloat16, device)
     spec = launch.kernel_specs(launch.Problem("bf16", case.dqk, case.dv, causal=case.causal), "sm90")["fwd_gluon"]
-    assert launched[0] == ("fwd_gluon" if launch.gluon_scale_ok(spec, case.softmax_scale) else "fwd")
+    assert launched[0] == ("fwd_gluon_tile" if launch.gluon_scale_ok(spec, case.softmax_scale) else "fwd")
     assert "bwd_dkdv_gluon" in launched
 
 
@@ -197,5 +225,5 @@ def test_a_strided_input_runs_the_triton_forward(device, launched):
     v = torch.randn(1, 256, 2, 128, device=device, dtype=torch.bfloat16)
     out = mha.flash_attn_func(q, k, v, causal=True)
     ref = mha.flash_attn_func(q.contiguous(), k, v, causal=True)
-    assert launched == ["fwd", "fwd_gluon"]
+    assert launched == ["fwd", "fwd_gluon_tile"]
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=0)

@@ -21,9 +21,10 @@ A operand of the PV wgmma). Causal blocks wholly left of the diagonal run withou
 the blocks that cross it are masked; blocks right of it are never loaded. The epilogue writes O
 through the consumer's Q slot and a TMA store, lse (natural log) with a plain store.
 
-The grid is (query tiles, batch * query heads), or for causal (batch * query heads, query
-tiles) with the longest tiles first (mha.launch.tile_grid), for the split head dim walked
-HEAD_GROUP slices at a time.
+The grid is 1-D (see MAXNREG's comment below and `_tile`): a program walks tiles in the launch
+order, a slice's query tiles together, or for causal the longest tiles first, for the split head
+dim HEAD_GROUP slices at a time. ONE_TILE is the form for a grid of one program per tile: the
+same tile code without the loop around it.
 
 Dqk 192 / Dv 128 (the `pe` bucket, MLA's shape) runs the same kernel with the q/k head dim in two
 power-of-two parts, HEAD_DIM = Dv = 128 and HEAD_DQK1 = 64, as mha.kernels.backward_gluon_pe
@@ -77,7 +78,9 @@ PE_HEAD_GROUP = 4
 # The grid: one program per SM walks tiles t = pid, pid + programs, ... in the launch order above,
 # so a program's next Q (a second buffer where shared memory allows) and K/V blocks load while it
 # finishes the current tile; with a program per tile those waits are exposed. mha.tile_schedule
-# chooses one program per tile where a static stride would spread causal tiles unevenly.
+# chooses one program per tile where a static stride would spread causal tiles unevenly, and
+# mha.launch then launches the ONE_TILE form, which carries no slots, turns or Q buffers across
+# tiles.
 # Registers: 2 consumer warpgroups + the loader's warpgroup share the 64K register file, so the
 # launch bound is 65536 / (3 * 128) rounded down to 8; setmaxnreg then moves registers from the
 # loader (24) to the consumers (240): 2 * 128 * 240 + 128 * 24 = 64512.
@@ -144,32 +147,55 @@ def _loader(q_desc, q2_desc, k_desc, k2_desc, v_desc, q_smem, q2_smem, k_smem, k
             k_ready, k_empty, v_ready, v_empty, start, step, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q,
             group, NUM_CONSUMERS: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
             HEAD_DIM: gl.constexpr, HEAD_DQK1: gl.constexpr, CAUSAL: gl.constexpr, HEAD_GROUP: gl.constexpr,
-            Q_BUFS: gl.constexpr):
-    base = 0   # K/V blocks of this program's earlier tiles: the rings' slots and phases run on
-    i = 0      # this program's tiles so far
-    for t in range(start, n_slices * n_tiles, step):
-        q_row, q_col, o_col, kv_row, kv_col, v_col, lse_off, m0, n_full, n_total = _tile(
-            t, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group, 2 * ROWS, BLOCK_N, HEAD_DIM, HEAD_DQK1,
-            CAUSAL, HEAD_GROUP)
-        qb = i % Q_BUFS
-        # Q: one box per consumer (two with a second head-dim part), one barrier for all (both
-        # consumers start together anyway), into a buffer both consumers have released (they
-        # stage O in it): a fresh "empty" barrier passes at once.
+            Q_BUFS: gl.constexpr, ONE_TILE: gl.constexpr):
+    if ONE_TILE:
+        # The program's only tile: rings and Q buffer from their first slot, no loop to carry them.
+        _load_tile(start, 0, 0, q_desc, q2_desc, k_desc, k2_desc, v_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem,
+                   q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, n_slices, n_tiles, seqlen_q, seqlen_k,
+                   num_heads_q, group, NUM_CONSUMERS, ROWS, BLOCK_N, STAGES, HEAD_DIM, HEAD_DQK1, CAUSAL, HEAD_GROUP,
+                   Q_BUFS, ONE_TILE)
+    else:
+        base = 0   # K/V blocks of this program's earlier tiles: the rings' slots and phases run on
+        i = 0      # this program's tiles so far
+        for t in range(start, n_slices * n_tiles, step):
+            n_total = _load_tile(t, base, i, q_desc, q2_desc, k_desc, k2_desc, v_desc, q_smem, q2_smem, k_smem,
+                                 k2_smem, v_smem, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, n_slices,
+                                 n_tiles, seqlen_q, seqlen_k, num_heads_q, group, NUM_CONSUMERS, ROWS, BLOCK_N,
+                                 STAGES, HEAD_DIM, HEAD_DQK1, CAUSAL, HEAD_GROUP, Q_BUFS, ONE_TILE)
+            base += n_total
+            i += 1
+
+
+@gluon.jit
+def _load_tile(t, base, i, q_desc, q2_desc, k_desc, k2_desc, v_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar,
+               q_empty, k_ready, k_empty, v_ready, v_empty, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group,
+               NUM_CONSUMERS: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+               HEAD_DIM: gl.constexpr, HEAD_DQK1: gl.constexpr, CAUSAL: gl.constexpr, HEAD_GROUP: gl.constexpr,
+               Q_BUFS: gl.constexpr, ONE_TILE: gl.constexpr):
+    """Tile t's Q and K/V blocks, the program's i-th tile, its ring slots counted on from `base`;
+    returns its number of key blocks."""
+    q_row, q_col, o_col, kv_row, kv_col, v_col, lse_off, m0, n_full, n_total = _tile(
+        t, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group, 2 * ROWS, BLOCK_N, HEAD_DIM, HEAD_DQK1,
+        CAUSAL, HEAD_GROUP)
+    qb = i % Q_BUFS
+    # Q: one box per consumer (two with a second head-dim part), one barrier for all (both
+    # consumers start together anyway), into a buffer both consumers have released (they
+    # stage O in it): a fresh "empty" barrier passes at once, so a single tile needs no wait.
+    if not ONE_TILE:
         mbarrier.wait(q_empty.index(qb), ((i // Q_BUFS) & 1) ^ 1)
+    if HEAD_DQK1 > 0:
+        mbarrier.expect(q_bar.index(qb), NUM_CONSUMERS * (q_desc.block_type.nbytes + q2_desc.block_type.nbytes))
+    else:
+        mbarrier.expect(q_bar.index(qb), NUM_CONSUMERS * q_desc.block_type.nbytes)
+    for c in gl.static_range(NUM_CONSUMERS):
+        tma.async_copy_global_to_shared(q_desc, [q_row + c * ROWS, q_col], q_bar.index(qb),
+                                        q_smem.index(qb * NUM_CONSUMERS + c))
         if HEAD_DQK1 > 0:
-            mbarrier.expect(q_bar.index(qb), NUM_CONSUMERS * (q_desc.block_type.nbytes + q2_desc.block_type.nbytes))
-        else:
-            mbarrier.expect(q_bar.index(qb), NUM_CONSUMERS * q_desc.block_type.nbytes)
-        for c in gl.static_range(NUM_CONSUMERS):
-            tma.async_copy_global_to_shared(q_desc, [q_row + c * ROWS, q_col], q_bar.index(qb),
-                                            q_smem.index(qb * NUM_CONSUMERS + c))
-            if HEAD_DQK1 > 0:
-                tma.async_copy_global_to_shared(q2_desc, [q_row + c * ROWS, q_col + HEAD_DIM], q_bar.index(qb),
-                                                q2_smem.index(qb * NUM_CONSUMERS + c))
-        _load_kv(k_desc, k2_desc, v_desc, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, base, kv_row,
-                 kv_col, v_col, n_total, BLOCK_N, STAGES, HEAD_DIM, HEAD_DQK1)
-        base += n_total
-        i += 1
+            tma.async_copy_global_to_shared(q2_desc, [q_row + c * ROWS, q_col + HEAD_DIM], q_bar.index(qb),
+                                            q2_smem.index(qb * NUM_CONSUMERS + c))
+    _load_kv(k_desc, k2_desc, v_desc, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready, v_empty, base, kv_row,
+             kv_col, v_col, n_total, BLOCK_N, STAGES, HEAD_DIM, HEAD_DQK1)
+    return n_total
 
 
 @gluon.jit
@@ -258,7 +284,8 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_sme
               v_ready, v_empty, Lse, qk_scale, start, step, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group,
               turn, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, FOLD: gl.constexpr, HEAD_DQK1: gl.constexpr,
-              HEAD_GROUP: gl.constexpr, Q_BUFS: gl.constexpr, NUM_CONSUMERS: gl.constexpr):
+              HEAD_GROUP: gl.constexpr, Q_BUFS: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+              ONE_TILE: gl.constexpr):
     NW: gl.constexpr = gl.num_warps()
     # wgmma accumulator layouts: m16 x n x k16 (16-bit inputs), warps stacked along rows.
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
@@ -272,84 +299,110 @@ def _consumer(CID: gl.constexpr, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_sme
     turn_mine = turn.index(CID)
     turn_other = turn.index(1 - CID)
     cols0 = gl.arange(0, BLOCK_N, layout=col_layout)
+    if ONE_TILE:
+        # The program's only tile: ring slots, turns and Q buffer from the first, no loop to carry them.
+        _consume_tile(start, 0, 0, 0, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, q_empty, k_ready,
+                      k_empty, v_ready, v_empty, Lse, qk_scale, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q,
+                      group, turn_mine, turn_other, cols0, s_layout, o_layout, p_layout, row_layout, CID, ROWS,
+                      HEAD_DIM, BLOCK_N, STAGES, CAUSAL, PINGPONG, FOLD, HEAD_DQK1, HEAD_GROUP, Q_BUFS,
+                      NUM_CONSUMERS, ONE_TILE)
+    else:
+        base = 0        # K/V blocks of this program's earlier tiles (ring slots and phases run on)
+        turn_base = 0   # turns taken in this program's earlier tiles
+        i = 0           # this program's tiles so far
+        for t in range(start, n_slices * n_tiles, step):
+            n_total = _consume_tile(t, base, turn_base, i, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar,
+                                    q_empty, k_ready, k_empty, v_ready, v_empty, Lse, qk_scale, n_slices, n_tiles,
+                                    seqlen_q, seqlen_k, num_heads_q, group, turn_mine, turn_other, cols0, s_layout,
+                                    o_layout, p_layout, row_layout, CID, ROWS, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
+                                    PINGPONG, FOLD, HEAD_DQK1, HEAD_GROUP, Q_BUFS, NUM_CONSUMERS, ONE_TILE)
+            base += n_total
+            turn_base += n_total - 1
+            i += 1
 
-    base = 0        # K/V blocks of this program's earlier tiles (ring slots and phases run on)
-    turn_base = 0   # turns taken in this program's earlier tiles
-    i = 0           # this program's tiles so far
-    for t in range(start, n_slices * n_tiles, step):
-        q_row, q_col, o_col, kv_row, kv_col, v_col, lse_off, m0, n_full, n_total = _tile(
-            t, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group, NUM_CONSUMERS * ROWS, BLOCK_N, HEAD_DIM,
-            HEAD_DQK1, CAUSAL, HEAD_GROUP)
-        diag_off = seqlen_k - seqlen_q   # bottom-right aligned causal diagonal
-        qb = i % Q_BUFS
-        q = q_smem.index(qb * NUM_CONSUMERS + CID)
-        q2 = q2_smem.index(qb * NUM_CONSUMERS + CID)
-        rows = m0 + CID * ROWS + gl.arange(0, ROWS, layout=row_layout)   # query positions
 
-        # Block 0 alone: nothing to overlap with yet. Masked when causal (a no-op unless block 0
-        # is on the diagonal; cheaper than a run-time branch between two prologues).
-        st0 = base % STAGES
-        mbarrier.wait(q_bar.index(qb), (i // Q_BUFS) & 1)
-        mbarrier.wait(k_ready.index(st0), (base // STAGES) & 1)
-        zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
-        s_tok = warpgroup_mma(q, k_smem.index(st0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        if HEAD_DQK1 > 0:
-            s_tok = warpgroup_mma(q2, k2_smem.index(st0).permute((1, 0)), s_tok, is_async=True)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
-        mbarrier.arrive(k_empty.index(st0), count=1)
-        if not FOLD:
-            s = s * qk_scale
-        if CAUSAL:
-            s = gl.where(cols0[None, :] <= (rows + diag_off)[:, None], s, float("-inf"))
-        if FOLD:
-            m_i = gl.max(s, axis=1) * qk_scale
-            p = gl.exp2(s * qk_scale - m_i[:, None])
-        else:
-            m_i = gl.max(s, axis=1)
-            p = gl.exp2(s - m_i[:, None])
-        l_i = gl.sum(p, axis=1)
-        p_op = gl.convert_layout(p.to(q.dtype), p_layout)
-        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+@gluon.jit
+def _consume_tile(t, base, turn_base, i, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, q_empty, k_ready,
+                  k_empty, v_ready, v_empty, Lse, qk_scale, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group,
+                  turn_mine, turn_other, cols0, s_layout: gl.constexpr, o_layout: gl.constexpr,
+                  p_layout: gl.constexpr, row_layout: gl.constexpr, CID: gl.constexpr, ROWS: gl.constexpr,
+                  HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  PINGPONG: gl.constexpr, FOLD: gl.constexpr, HEAD_DQK1: gl.constexpr, HEAD_GROUP: gl.constexpr,
+                  Q_BUFS: gl.constexpr, NUM_CONSUMERS: gl.constexpr, ONE_TILE: gl.constexpr):
+    """This consumer's rows of tile t, the program's i-th tile: its ring slots counted on from
+    `base`, its ping-pong turns from `turn_base`; returns the tile's number of key blocks."""
+    q_row, q_col, o_col, kv_row, kv_col, v_col, lse_off, m0, n_full, n_total = _tile(
+        t, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group, NUM_CONSUMERS * ROWS, BLOCK_N, HEAD_DIM,
+        HEAD_DQK1, CAUSAL, HEAD_GROUP)
+    diag_off = seqlen_k - seqlen_q   # bottom-right aligned causal diagonal
+    qb = i % Q_BUFS
+    q = q_smem.index(qb * NUM_CONSUMERS + CID)
+    q2 = q2_smem.index(qb * NUM_CONSUMERS + CID)
+    rows = m0 + CID * ROWS + gl.arange(0, ROWS, layout=row_layout)   # query positions
 
-        # Off-band blocks: no mask.
-        for j in range(1, n_full):
-            acc, p_op, m_i, l_i = _step(j, base, turn_base, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready,
-                                        v_empty, acc, p_op, m_i, l_i, qk_scale, rows, cols0, diag_off, turn_mine,
-                                        turn_other, False, STAGES, BLOCK_N, s_layout, o_layout, p_layout, PINGPONG,
-                                        1 - CID, FOLD, HEAD_DQK1)
-        if CAUSAL:
-            # Diagonal blocks: masked.
-            for j in range(gl.maximum(n_full, 1), n_total):
-                acc, p_op, m_i, l_i = _step(j, base, turn_base, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty,
-                                            v_ready, v_empty, acc, p_op, m_i, l_i, qk_scale, rows, cols0, diag_off,
-                                            turn_mine, turn_other, True, STAGES, BLOCK_N, s_layout, o_layout,
-                                            p_layout, PINGPONG, 1 - CID, FOLD, HEAD_DQK1)
+    # Block 0 alone: nothing to overlap with yet. Masked when causal (a no-op unless block 0
+    # is on the diagonal; cheaper than a run-time branch between two prologues).
+    st0 = base % STAGES
+    mbarrier.wait(q_bar.index(qb), (i // Q_BUFS) & 1)
+    mbarrier.wait(k_ready.index(st0), (base // STAGES) & 1)
+    zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+    s_tok = warpgroup_mma(q, k_smem.index(st0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    if HEAD_DQK1 > 0:
+        s_tok = warpgroup_mma(q2, k2_smem.index(st0).permute((1, 0)), s_tok, is_async=True)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
+    mbarrier.arrive(k_empty.index(st0), count=1)
+    if not FOLD:
+        s = s * qk_scale
+    if CAUSAL:
+        s = gl.where(cols0[None, :] <= (rows + diag_off)[:, None], s, float("-inf"))
+    if FOLD:
+        m_i = gl.max(s, axis=1) * qk_scale
+        p = gl.exp2(s * qk_scale - m_i[:, None])
+    else:
+        m_i = gl.max(s, axis=1)
+        p = gl.exp2(s - m_i[:, None])
+    l_i = gl.sum(p, axis=1)
+    p_op = gl.convert_layout(p.to(q.dtype), p_layout)
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
 
-        # Last PV.
-        last = base + n_total - 1
-        lst = last % STAGES
-        mbarrier.wait(v_ready.index(lst), (last // STAGES) & 1)
-        acc_tok = warpgroup_mma(p_op, v_smem.index(lst), acc, is_async=True)
-        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p_op))
-        mbarrier.arrive(v_empty.index(lst), count=1)
+    # Off-band blocks: no mask.
+    for j in range(1, n_full):
+        acc, p_op, m_i, l_i = _step(j, base, turn_base, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty, v_ready,
+                                    v_empty, acc, p_op, m_i, l_i, qk_scale, rows, cols0, diag_off, turn_mine,
+                                    turn_other, False, STAGES, BLOCK_N, s_layout, o_layout, p_layout, PINGPONG,
+                                    1 - CID, FOLD, HEAD_DQK1)
+    if CAUSAL:
+        # Diagonal blocks: masked.
+        for j in range(gl.maximum(n_full, 1), n_total):
+            acc, p_op, m_i, l_i = _step(j, base, turn_base, q, q2, k_smem, k2_smem, v_smem, k_ready, k_empty,
+                                        v_ready, v_empty, acc, p_op, m_i, l_i, qk_scale, rows, cols0, diag_off,
+                                        turn_mine, turn_other, True, STAGES, BLOCK_N, s_layout, o_layout,
+                                        p_layout, PINGPONG, 1 - CID, FOLD, HEAD_DQK1)
 
-        # lse (natural log) per row; every causal row sees key 0.. so l_i > 0 here.
-        lse = (m_i + gl.log2(l_i)) * LN2
-        gl.store(Lse + lse_off + rows, lse)
+    # Last PV.
+    last = base + n_total - 1
+    lst = last % STAGES
+    mbarrier.wait(v_ready.index(lst), (last // STAGES) & 1)
+    acc_tok = warpgroup_mma(p_op, v_smem.index(lst), acc, is_async=True)
+    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p_op))
+    mbarrier.arrive(v_empty.index(lst), count=1)
 
-        out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-        # Reuse this consumer's Q slot (the first part's: HEAD_DIM = Dv wide) as the O staging
-        # buffer: its last reader (the final QK^T wgmma) has retired. Generic-proxy stores, then a
-        # fence before the async-proxy TMA store; once that store has read the slot, the buffer
-        # goes back to the loader for a later tile's Q.
-        q.store(out.to(q.dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [q_row + CID * ROWS, o_col], q)
-        tma.store_wait(pendings=0)
+    # lse (natural log) per row; every causal row sees key 0.. so l_i > 0 here.
+    lse = (m_i + gl.log2(l_i)) * LN2
+    gl.store(Lse + lse_off + rows, lse)
+
+    out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    # Reuse this consumer's Q slot (the first part's: HEAD_DIM = Dv wide) as the O staging
+    # buffer: its last reader (the final QK^T wgmma) has retired. Generic-proxy stores, then a
+    # fence before the async-proxy TMA store; once that store has read the slot, the buffer
+    # goes back to the loader for a later tile's Q (a single tile has none).
+    q.store(out.to(q.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [q_row + CID * ROWS, o_col], q)
+    tma.store_wait(pendings=0)
+    if not ONE_TILE:
         mbarrier.arrive(q_empty.index(qb), count=1)
-        base += n_total
-        turn_base += n_total - 1
-        i += 1
+    return n_total
 
 
 # ----------------------------------------------------------------------------- kernel
@@ -358,11 +411,12 @@ def attn_fwd_gluon(q_desc, q2_desc, k_desc, k2_desc, v_desc, o_desc, Lse, qk_sca
                     group, batch, HEAD_DIM: gl.constexpr, HEAD_DQK1: gl.constexpr, BLOCK_M: gl.constexpr,
                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
                     LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr,
-                    FOLD_SCALE: gl.constexpr, HEAD_GROUP: gl.constexpr, Q_BUFS: gl.constexpr):
+                    FOLD_SCALE: gl.constexpr, HEAD_GROUP: gl.constexpr, Q_BUFS: gl.constexpr,
+                    ONE_TILE: gl.constexpr):
     ROWS: gl.constexpr = BLOCK_M // NUM_CONSUMERS
     dtype: gl.constexpr = q_desc.dtype
     # A 1-D grid of any size up to the tiles: program p takes tiles p, p + programs, ... (_tile
-    # gives the order), so a grid of one program per tile and a persistent one run the same code.
+    # gives the order); with ONE_TILE the grid has one program per tile and p takes tile p.
     n_tiles = seqlen_q // BLOCK_M
     n_slices = batch * num_heads_q
     start = gl.program_id(0)
@@ -404,15 +458,15 @@ def attn_fwd_gluon(q_desc, q2_desc, k_desc, k2_desc, v_desc, o_desc, Lse, qk_sca
         (_consumer, (0, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, q_empty, k_ready, k_empty, v_ready,
                      v_empty, Lse, qk_scale, start, step, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group,
                      turn, ROWS, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, PINGPONG, FOLD_SCALE, HEAD_DQK1, HEAD_GROUP,
-                     Q_BUFS, NUM_CONSUMERS)),
+                     Q_BUFS, NUM_CONSUMERS, ONE_TILE)),
         (_consumer, (1, o_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, q_empty, k_ready, k_empty, v_ready,
                      v_empty, Lse, qk_scale, start, step, n_slices, n_tiles, seqlen_q, seqlen_k, num_heads_q, group,
                      turn, ROWS, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, PINGPONG, FOLD_SCALE, HEAD_DQK1, HEAD_GROUP,
-                     Q_BUFS, NUM_CONSUMERS)),
+                     Q_BUFS, NUM_CONSUMERS, ONE_TILE)),
         (_loader, (q_desc, q2_desc, k_desc, k2_desc, v_desc, q_smem, q2_smem, k_smem, k2_smem, v_smem, q_bar, q_empty,
                    k_ready, k_empty, v_ready, v_empty, start, step, n_slices, n_tiles, seqlen_q, seqlen_k,
                    num_heads_q, group, NUM_CONSUMERS, ROWS, BLOCK_N, STAGES, HEAD_DIM, HEAD_DQK1, CAUSAL, HEAD_GROUP,
-                   Q_BUFS)),
+                   Q_BUFS, ONE_TILE)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -455,15 +509,17 @@ def signature_types(dtype: str, dqk: int, dv: int, block_n: int) -> dict:
     return types
 
 
-def constexprs(dqk: int, dv: int, block_n: int, stages: int, causal: bool) -> dict:
+def constexprs(dqk: int, dv: int, block_n: int, stages: int, causal: bool, one_tile: bool = False) -> dict:
+    """The kernel's constexprs; `one_tile`: the form for a grid of one program per tile (no tile
+    loop, ring slots and turns from the first, one Q buffer)."""
     no_second_part = {} if dqk > dv else {"q2_desc": None, "k2_desc": None}
     return {"HEAD_DIM": dv, "HEAD_DQK1": dqk - dv, "BLOCK_M": BLOCK_M, "BLOCK_N": block_n, "STAGES": stages,
             "CAUSAL": causal, "NUM_CONSUMERS": NUM_CONSUMERS, "LOADER_REGS": LOADER_REGS,
             "CONSUMER_REGS": CONSUMER_REGS, "PINGPONG": PINGPONG, "FOLD_SCALE": FOLD_SCALE,
             "HEAD_GROUP": PE_HEAD_GROUP if dqk > dv else 0,
             # a second Q buffer where shared memory has room for it (not beside the split head
-            # dim's second parts)
-            "Q_BUFS": 1 if dqk > dv else 2,
+            # dim's second parts) and a program has a next tile to load it for
+            "Q_BUFS": 1 if dqk > dv or one_tile else 2, "ONE_TILE": one_tile,
             **no_second_part}
 
 
