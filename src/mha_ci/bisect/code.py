@@ -1,8 +1,11 @@
 """The code objects a commit gives the bisected shapes: the CPU stage's unit of work.
 
-A forward shape launches the forward kernel; a backward shape (`_bwd`) times the backward step,
-which launches bwd_preprocess, bwd_dkdv and bwd_dq (the forward it needs runs untimed). Each
-distinct compile problem of the shapes (dtype, head dims and the flags that change generated
+A forward shape times the forward, a backward shape (`_bwd`) the backward step (the forward it
+needs runs untimed). Which kernels run depends on the commit (its configs select Triton, Gluon or
+warp-specialized kernels) and on the inputs (a Gluon kernel falls back to the Triton one for
+lengths it cannot take; the Gluon forward has a form per grid), so a commit's build is every kernel
+spec of the pass its package makes for the problem (EVERY_KERNEL_OF_THE_PASS): a change to any of
+them is a build of its own. Each distinct compile problem of the shapes (dtype, head dims and the flags that change generated
 code: causal, bounded window sides, sink, dropout, varlen) is compiled ahead of time for the arch
 with the commit's own configs, through the tune compile payload
 (mha_ci.checksums.candidates.compile_candidates, an empty override: the shipped config) and so through the checksums compile cache, whose key
@@ -23,8 +26,8 @@ from mha_ci.bisect.commits import Commit
 from mha_ci.errors import EnvironmentProblem
 from mha_ci.perf.base_checkout import materialise
 from mha_ci.checksums.candidates import compile_candidates
+from mha_ci.checksums.compile import EVERY_KERNEL_OF_THE_PASS
 
-PASS_KERNELS = {"fwd": ("fwd",), "bwd": ("bwd_preprocess", "bwd_dkdv", "bwd_dq")}
 CONFIG_PASS = {"fwd": "forward", "bwd": "backward"}
 
 # commit -> {"<problem>/<kernel>": sha256}; raises CodeObjectsUnknown when it cannot say
@@ -50,13 +53,13 @@ def problem_label(pass_: str, problem: dict) -> str:
 
 
 def compile_items(shapes, arch: str) -> list[dict]:
-    """One compile request item per distinct (pass, problem) of the shapes, kernels named."""
+    """One compile request item per distinct (pass, problem) of the shapes, for every kernel of the pass."""
     items: dict[str, dict] = {}
     for shape in shapes:
         problem = problem_of(shape)
         key = problem_label(shape.pass_, problem)
         items.setdefault(key, {"key": key, "arch": arch, "pass": CONFIG_PASS[shape.pass_], "problem": problem,
-                               "config": {}, "kernels": list(PASS_KERNELS[shape.pass_])})
+                               "config": {}, "kernels": EVERY_KERNEL_OF_THE_PASS})
     return [items[k] for k in sorted(items)]
 
 
@@ -70,7 +73,10 @@ def code_objects_of(compiled: dict, items: list[dict]) -> dict[str, str]:
         if result.get("error"):
             raise CodeObjectsUnknown(f"{item['key']}: {str(result['error']).strip()[:300]}")
         kernels = result.get("kernels") or {}
-        for name in item["kernels"]:
+        names = sorted(kernels) if item["kernels"] == EVERY_KERNEL_OF_THE_PASS else item["kernels"]
+        if not names:
+            raise CodeObjectsUnknown(f"{item['key']}: no kernel compiled")
+        for name in names:
             entry = kernels.get(name) or {}
             if not entry.get("sha256"):
                 why = entry.get("error") or entry.get("refused") or "no result"

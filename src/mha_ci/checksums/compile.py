@@ -44,6 +44,10 @@ from pathlib import Path
 from mha_ci.checksums.limits import shared_refusal
 from mha_ci.checksums.resources import code_object_resources
 
+# A compile request item's "kernels" (the tune payload's compile mode) asking for every kernel spec
+# of the item's pass, whichever the inputs would pick: what perf bisect compiles per commit.
+EVERY_KERNEL_OF_THE_PASS = "every kernel of the pass"
+
 LLD_CANDIDATES = ("/usr/lib/llvm-19/bin/ld.lld", "/usr/lib/llvm-20/bin/ld.lld", "/opt/rocm/llvm/bin/ld.lld")
 MIN_LLD_MAJOR = 19
 

@@ -9,9 +9,10 @@ config on a GPU.
 File arguments are relative to $MHA_CI_OUT (mha_ci.payloads). Runs inside a toolchain
 environment (stdlib + torch/triton + the kernel package).
 
-compile: each request item is (key, arch, compile target, pass, problem, config override); the
-kernels of that pass are compiled as the runtime would launch them with `config=` (the same
-spec-to-task path as the checksums job, mha_ci.checksums.variants.task_for_spec) and their
+compile: each request item is (key, arch, compile target, pass, problem, config override) and
+optionally the kernels to compile: spec names that must cover what the config launches, or
+EVERY_KERNEL_OF_THE_PASS (mha_ci.checksums.compile). The kernels are compiled as the runtime would
+launch them with `config=` (the same spec-to-task path as the checksums job, mha_ci.checksums.variants.task_for_spec) and their
 resources read from the code objects. Results go through the checksums compile cache, so a
 second `--dry-run` compiles nothing.
 
@@ -46,7 +47,8 @@ os.environ.setdefault("TRITON_DISABLE_LINE_INFO", "1")   # as the checksums payl
 
 from mha_ci.checksums.cache import CompileCache, cache_key, file_digest
 from mha_ci.files import tree_digest
-from mha_ci.checksums.compile import (CompileResult, CompileTarget, ToolchainEnvironmentError, compile_all,
+from mha_ci.checksums.compile import (EVERY_KERNEL_OF_THE_PASS, CompileResult, CompileTarget,
+                                      ToolchainEnvironmentError, compile_all,
                                       prepare_environment)
 from mha_ci.checksums.variants import task_for_spec
 from mha_ci.files import write_atomic
@@ -102,14 +104,19 @@ def compile_mode(args) -> int:
         except config_mod.ConfigFileError as exc:        # a guard refused it
             results[item["key"]] = {"error": f"refused by the kernel: {exc}", "kernels": {}}
             continue
-        # what the config launches, but the preprocess kernel (delta only, no tile of its own)
-        launched = [n for n in launch.launched_kernels(specs, item["pass"]) if n != "bwd_preprocess"]
-        named = item.get("kernels")   # perf bisect names all it launches
-        unnamed = sorted(set(launched) - set(named or launched))
-        if unnamed:   # a kernel the call runs, whose code would go unjudged
-            results[item["key"]] = {"error": f"the config launches {unnamed}, which the request does not name",
-                                    "kernels": {}}
-            continue
+        named = item.get("kernels")
+        if named == EVERY_KERNEL_OF_THE_PASS:
+            # perf bisect: every kernel the pass may launch for the problem, whichever the inputs
+            # pick (a fallback, a grid's form), so no code that can run goes unjudged
+            named = [name for name, spec in specs.items() if spec.pass_ == item["pass"]]
+        else:
+            # what the config launches, but the preprocess kernel (delta only, no tile of its own)
+            launched = [n for n in launch.launched_kernels(specs, item["pass"]) if n != "bwd_preprocess"]
+            unnamed = sorted(set(launched) - set(named or launched))
+            if unnamed:   # a kernel the call runs, whose code would go unjudged
+                results[item["key"]] = {"error": f"the config launches {unnamed}, which the request does not name",
+                                        "kernels": {}}
+                continue
         results[item["key"]] = {"error": None, "kernels": {}}
         for name in named or launched:
             task = task_for_spec(launch, specs[name], f"{item['key']}/{name}", targets[arch],

@@ -465,11 +465,12 @@ def test_real_aot_compile_prunes_an_oversized_sm90_candidate(tmp_path, monkeypat
 
 @pytest.mark.slow
 def test_a_named_kernel_list_that_misses_what_the_config_launches_is_refused(tmp_path):
-    """Perf bisect names the kernels a backward launches; a config with `single_pass` launches
-    bwd_dkdv_dq instead of bwd_dkdv and bwd_dq, whose code would go unjudged: the item is refused
-    (the bisect then cannot say the code is the same), and the launched kernel is compiled when
-    no list is named."""
+    """A named list must cover what the config launches: with `single_pass` the backward
+    launches bwd_dkdv_dq instead of bwd_dkdv and bwd_dq, whose code would go unjudged, so the
+    item is refused; the launched kernel is compiled when no list is named, and every backward
+    spec when the item asks for every kernel of the pass (perf bisect's items)."""
     from mha_ci.checksums.candidates import compile_candidates
+    from mha_ci.checksums.compile import EVERY_KERNEL_OF_THE_PASS
     from mha_ci.executors.venv import VenvExecutor
 
     pipeline = load_pipeline(ROOT)
@@ -478,12 +479,17 @@ def test_a_named_kernel_list_that_misses_what_the_config_launches_is_refused(tmp
               "single_pass": True}
     items = [{"key": "named", "arch": "sm90", "pass": "backward", "problem": problem, "config": config,
               "kernels": ["bwd_preprocess", "bwd_dkdv", "bwd_dq"]},
-             {"key": "launched", "arch": "sm90", "pass": "backward", "problem": problem, "config": config}]
+             {"key": "launched", "arch": "sm90", "pass": "backward", "problem": problem, "config": config},
+             {"key": "every", "arch": "sm90", "pass": "backward", "problem": problem, "config": config,
+              "kernels": EVERY_KERNEL_OF_THE_PASS}]
     data = compile_candidates(ROOT, pipeline.toolchains["triton-3.8"], pipeline.archs["sm90"], pipeline, items,
                               VenvExecutor(ROOT), tmp_path, jobs=1)
     assert "launches ['bwd_dkdv_dq'], which the request does not name" in data["results"]["named"]["error"]
     assert set(data["results"]["launched"]["kernels"]) == {"bwd_dkdv_dq"}
     assert data["results"]["launched"]["kernels"]["bwd_dkdv_dq"]["sha256"]
+    every = data["results"]["every"]["kernels"]
+    assert set(every) >= {"bwd_preprocess", "bwd_dkdv", "bwd_dq", "bwd_dkdv_dq"} and "fwd" not in every
+    assert all(entry["sha256"] for entry in every.values())
 
 
 @pytest.mark.slow
