@@ -300,10 +300,10 @@ def kernel_specs(problem: Problem, arch: str, config: dict | None = None) -> dic
     "bwd_dkdv_dq" where the backward config asks for a single pass (`single_pass`; used only when
     the caller allows nondeterminism, see `backward`); "fwd_gluon" and "fwd_gluon_tile" where the
     forward config selects the Gluon forward for this problem and toolchain ("fwd" then runs the
-    inputs it cannot take, see `forward`), and "bwd_dkdv_gluon" and "bwd_dq_gluon" where the backward config
-    selects the Gluon backward (likewise, see `backward`; for the `pe` bucket's Dqk 192 / Dv 128
-    that is "bwd_dkdv_gluon" alone, beside the Triton "bwd_dq"), or "bwd_dkdv_ws" and "bwd_dq_ws"
-    where it selects the warp-specialized one."""
+    inputs it cannot take, see `forward`), and "bwd_dkdv_gluon" and "bwd_dq_gluon" where the
+    backward config selects the Gluon backward (likewise, see `backward`; for the `pe` bucket's
+    Dqk 192 / Dv 128 that is "bwd_dkdv_gluon" alone, beside the Triton "bwd_dq"), or "bwd_dkdv_ws"
+    and "bwd_dq_ws" where it selects the warp-specialized one."""
     ptr = "*" + problem.dtype
     drop_p = 0.5 if problem.dropout else 0.0  # only its being > 0 matters to the bucket rule
     common = dict(
@@ -628,7 +628,7 @@ def launched_kernels(specs: Mapping[str, KernelSpec], pass_: str, deterministic:
     and the caller allows nondeterminism, else bwd_dkdv and bwd_dq. The warp-specialized
     backward's bwd_dkdv_ws and bwd_dq_ws are launched as the Gluon ones are."""
     if pass_ == "forward":
-        return GLUON_FORWARDS if "fwd_gluon" in specs else ("fwd",)
+        return GLUON_FORWARDS if gluon_forwards(specs) else ("fwd",)
     for kind, *_ in TILE_BACKWARDS:
         if f"bwd_dkdv_{kind}" in specs:
             return ("bwd_preprocess", f"bwd_dkdv_{kind}", f"bwd_dq_{kind}" if f"bwd_dq_{kind}" in specs else "bwd_dq")

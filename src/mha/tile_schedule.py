@@ -3,11 +3,12 @@
 Program p walks tiles p, p + P, ... of the launch order (mha.kernels.forward_gluon._tile); at one
 program per tile mha.launch launches the kernel's form without that walk (ONE_TILE). A persistent
 grid hides each tile's Q load and epilogue behind the next tile's work, but it fixes which program
-gets which tile. A grid of one program per tile leaves that to the GPU, which starts the next program on whichever SM frees first. Equal
-tiles (non-causal) come out even either way, so they always run persistent. Causal tiles differ in
-length, and a static stride can pile the long ones onto a few programs; this module models both
-schedules in units of key blocks and keeps the persistent grid only where its longest program is
-within IMBALANCE_LIMIT of what the GPU's own scheduling achieves.
+gets which tile. A grid of one program per tile leaves that to the GPU, which starts the next
+program on whichever SM frees first. Equal tiles (non-causal) come out even either way, so they
+always run persistent. Causal tiles differ in length, and a static stride can pile the long ones
+onto a few programs; this module models both schedules in units of key blocks and keeps the
+persistent grid only where its longest program is within IMBALANCE_LIMIT of what the GPU's own
+scheduling achieves.
 
 Pure Python (no torch), so the policy is tested on any machine; the measurements that set its two
 limits are in docs/configs.md.

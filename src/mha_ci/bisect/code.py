@@ -5,11 +5,12 @@ needs runs untimed). Which kernels run depends on the commit (its configs select
 warp-specialized kernels) and on the inputs (a Gluon kernel falls back to the Triton one for
 lengths it cannot take; the Gluon forward has a form per grid), so a commit's build is every kernel
 spec of the pass its package makes for the problem (EVERY_KERNEL_OF_THE_PASS): a change to any of
-them is a build of its own. Each distinct compile problem of the shapes (dtype, head dims and the flags that change generated
-code: causal, bounded window sides, sink, dropout, varlen) is compiled ahead of time for the arch
-with the commit's own configs, through the tune compile payload
-(mha_ci.checksums.candidates.compile_candidates, an empty override: the shipped config) and so through the checksums compile cache, whose key
-covers the kernel package's sources: a second bisect over the same commits compiles nothing.
+them is a build of its own. Each distinct compile problem of the shapes (dtype, head dims and the
+flags that change generated code: causal, bounded window sides, sink, dropout, varlen) is
+compiled ahead of time for the arch with the commit's own configs, through the tune compile
+payload (mha_ci.checksums.candidates.compile_candidates, an empty override: the shipped config)
+and so through the checksums compile cache, whose key covers the kernel package's sources: a
+second bisect over the same commits compiles nothing.
 
 The code object is the canonical aligned launch's (mha_ci.checksums.variants); host-side changes
 that leave every code object alone (the grid, extra tensor work in mha.launch) are not seen: such
@@ -64,8 +65,9 @@ def compile_items(shapes, arch: str) -> list[dict]:
 
 
 def code_objects_of(compiled: dict, items: list[dict]) -> dict[str, str]:
-    """{"<item>/<kernel>": sha256} from the compile payload's results; CodeObjectsUnknown for any
-    kernel without a code object (a compile error, a refusal, a missing result)."""
+    """{"<item>/<kernel>": sha256} from the compile payload's results, every kernel it compiled for
+    each item; CodeObjectsUnknown for an item with none, or any kernel without a code object (a
+    compile error, a refusal, a missing result)."""
     found: dict[str, str] = {}
     results = compiled.get("results") or {}
     for item in items:
@@ -73,11 +75,9 @@ def code_objects_of(compiled: dict, items: list[dict]) -> dict[str, str]:
         if result.get("error"):
             raise CodeObjectsUnknown(f"{item['key']}: {str(result['error']).strip()[:300]}")
         kernels = result.get("kernels") or {}
-        names = sorted(kernels) if item["kernels"] == EVERY_KERNEL_OF_THE_PASS else item["kernels"]
-        if not names:
+        if not kernels:
             raise CodeObjectsUnknown(f"{item['key']}: no kernel compiled")
-        for name in names:
-            entry = kernels.get(name) or {}
+        for name, entry in sorted(kernels.items()):
             if not entry.get("sha256"):
                 why = entry.get("error") or entry.get("refused") or "no result"
                 raise CodeObjectsUnknown(f"{item['key']}/{name}: {str(why).strip().splitlines()[-1][:300]}")

@@ -12,8 +12,8 @@ environment (stdlib + torch/triton + the kernel package).
 compile: each request item is (key, arch, compile target, pass, problem, config override) and
 optionally the kernels to compile: spec names that must cover what the config launches, or
 EVERY_KERNEL_OF_THE_PASS (mha_ci.checksums.compile). The kernels are compiled as the runtime would
-launch them with `config=` (the same spec-to-task path as the checksums job, mha_ci.checksums.variants.task_for_spec) and their
-resources read from the code objects. Results go through the checksums compile cache, so a
+launch them with `config=` (the same spec-to-task path as the checksums job,
+mha_ci.checksums.variants.task_for_spec) and their resources read from the code objects. Results go through the checksums compile cache, so a
 second `--dry-run` compiles nothing.
 
 time: per shape of the plan, in one process, the current config (config=None: the shipped file,
